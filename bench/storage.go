@@ -1,0 +1,364 @@
+// Package bench holds the workloads behind `kiroku bench`. Each benchmark
+// measures kiroku and a baseline in the same run, on the same machine, so
+// the figures it prints can be compared with each other and not only with
+// numbers taken elsewhere.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// StorageConfig configures the storage benchmark. Zero fields take defaults.
+type StorageConfig struct {
+	Ops       int           // single-client operations per latency measurement; 0 = 2000
+	ValueSize int           // bytes per value; 0 = 100
+	Workers   int           // bank goroutines; 0 = 16
+	Accounts  int           // bank accounts; 0 = 1000
+	Duration  time.Duration // bank run length; 0 = 5s
+	Runs      int           // repetitions; medians are reported; 0 = 3
+}
+
+func (c *StorageConfig) validate() error {
+	if c.Ops == 0 {
+		c.Ops = 2000
+	}
+	if c.ValueSize == 0 {
+		c.ValueSize = 100
+	}
+	if c.Workers == 0 {
+		c.Workers = 16
+	}
+	if c.Accounts == 0 {
+		c.Accounts = 1000
+	}
+	if c.Duration == 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.Runs == 0 {
+		c.Runs = 3
+	}
+	if c.Ops < 0 || c.ValueSize < 0 || c.Workers < 0 || c.Accounts < 2 || c.Duration < 0 || c.Runs < 0 {
+		return errors.New("bench: negative setting, or fewer than 2 accounts")
+	}
+	return nil
+}
+
+// Target is one thing measured: kiroku's storage API or a baseline.
+type Target interface {
+	Name() string
+	// Setup creates the tables and loads accounts accounts with balance 1000.
+	Setup(ctx context.Context, accounts int) error
+	Put(ctx context.Context, key int64, value []byte) error
+	Get(ctx context.Context, key int64) error
+	// Transfer moves amount between two accounts in one serializable
+	// transaction, retrying conflicts; it returns the number of retries.
+	Transfer(ctx context.Context, from, to, amount int64) (retries int, err error)
+	// Total is the sum of all balances, to check the bank kept its money.
+	Total(ctx context.Context) (int64, error)
+	Teardown(ctx context.Context) error
+}
+
+// Latency is a latency distribution.
+type Latency struct {
+	Ops        int     `json:"ops"`
+	MeanMicros float64 `json:"mean_us"`
+	P50Micros  int64   `json:"p50_us"`
+	P99Micros  int64   `json:"p99_us"`
+	MaxMicros  int64   `json:"max_us"`
+}
+
+// BankResult is one bank run.
+type BankResult struct {
+	Committed int64   `json:"committed"`
+	Retries   int64   `json:"retries"`
+	TPS       float64 `json:"committed_per_s"`
+	Latency   Latency `json:"latency"`
+}
+
+// TargetResult is one target's figures in one run.
+type TargetResult struct {
+	Target string     `json:"target"`
+	Put    Latency    `json:"put"`
+	Get    Latency    `json:"get"`
+	Bank   BankResult `json:"bank"`
+}
+
+func latencyOf(h *hdrhistogram.Histogram) Latency {
+	return Latency{Ops: int(h.TotalCount()), MeanMicros: h.Mean(), P50Micros: h.ValueAtQuantile(50),
+		P99Micros: h.ValueAtQuantile(99), MaxMicros: h.Max()}
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
+// RunStorage measures every target cfg.Runs times, interleaved so that
+// drift in the machine's load hits them alike, and returns all runs.
+func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progress func(TargetResult)) ([][]TargetResult, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	for _, t := range targets {
+		if err := t.Setup(ctx, cfg.Accounts); err != nil {
+			return nil, fmt.Errorf("bench: %s setup: %w", t.Name(), err)
+		}
+		defer t.Teardown(context.WithoutCancel(ctx))
+	}
+	value := make([]byte, cfg.ValueSize)
+	_, _ = rand.Read(value)
+	var runs [][]TargetResult
+	for run := 0; run < cfg.Runs; run++ {
+		var results []TargetResult
+		for _, t := range targets {
+			r := TargetResult{Target: t.Name()}
+			base := int64(run*cfg.Ops + 1_000_000)
+			h := newHist()
+			for i := 0; i < cfg.Ops; i++ {
+				start := time.Now()
+				if err := t.Put(ctx, base+int64(i), value); err != nil {
+					return nil, fmt.Errorf("bench: %s put: %w", t.Name(), err)
+				}
+				_ = h.RecordValue(time.Since(start).Microseconds())
+			}
+			r.Put = latencyOf(h)
+			h = newHist()
+			rng := mrand.New(mrand.NewPCG(uint64(run), 1))
+			for i := 0; i < cfg.Ops; i++ {
+				k := base + int64(rng.IntN(cfg.Ops))
+				start := time.Now()
+				if err := t.Get(ctx, k); err != nil {
+					return nil, fmt.Errorf("bench: %s get: %w", t.Name(), err)
+				}
+				_ = h.RecordValue(time.Since(start).Microseconds())
+			}
+			r.Get = latencyOf(h)
+			bank, err := runBank(ctx, t, cfg, uint64(run))
+			if err != nil {
+				return nil, err
+			}
+			r.Bank = bank
+			if progress != nil {
+				progress(r)
+			}
+			results = append(results, r)
+		}
+		runs = append(runs, results)
+	}
+	return runs, nil
+}
+
+func runBank(ctx context.Context, t Target, cfg StorageConfig, seed uint64) (BankResult, error) {
+	before, err := t.Total(ctx)
+	if err != nil {
+		return BankResult{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var committed, retries atomic.Int64
+	var mu sync.Mutex
+	h := newHist()
+	var firstErr error
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(cfg.Duration)
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(seed, uint64(w)))
+			local := newHist()
+			defer func() { mu.Lock(); h.Merge(local); mu.Unlock() }()
+			for time.Now().Before(deadline) {
+				from := rng.Int64N(int64(cfg.Accounts))
+				to := rng.Int64N(int64(cfg.Accounts - 1))
+				if to >= from {
+					to++
+				}
+				start := time.Now()
+				n, err := t.Transfer(ctx, from, to, 1+rng.Int64N(10))
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("bench: %s transfer: %w", t.Name(), err)
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				_ = local.RecordValue(time.Since(start).Microseconds())
+				committed.Add(1)
+				retries.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return BankResult{}, firstErr
+	}
+	after, err := t.Total(context.WithoutCancel(ctx))
+	if err != nil {
+		return BankResult{}, err
+	}
+	if after != before {
+		return BankResult{}, fmt.Errorf("bench: %s: bank total changed from %d to %d", t.Name(), before, after)
+	}
+	return BankResult{Committed: committed.Load(), Retries: retries.Load(),
+		TPS: float64(committed.Load()) / cfg.Duration.Seconds(), Latency: latencyOf(h)}, nil
+}
+
+// Median returns, per target, the run with the median value of each figure
+// taken separately.
+func Median(runs [][]TargetResult) []TargetResult {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := make([]TargetResult, len(runs[0]))
+	for i := range out {
+		col := make([]TargetResult, len(runs))
+		for r := range runs {
+			col[r] = runs[r][i]
+		}
+		med := func(f func(TargetResult) float64) float64 {
+			v := make([]float64, len(col))
+			for j, c := range col {
+				v[j] = f(c)
+			}
+			sort.Float64s(v)
+			if len(v)%2 == 1 {
+				return v[len(v)/2]
+			}
+			return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		lat := func(f func(TargetResult) Latency) Latency {
+			return Latency{Ops: f(col[0]).Ops,
+				MeanMicros: med(func(c TargetResult) float64 { return f(c).MeanMicros }),
+				P50Micros:  int64(med(func(c TargetResult) float64 { return float64(f(c).P50Micros) })),
+				P99Micros:  int64(med(func(c TargetResult) float64 { return float64(f(c).P99Micros) })),
+				MaxMicros:  int64(med(func(c TargetResult) float64 { return float64(f(c).MaxMicros) }))}
+		}
+		out[i] = TargetResult{Target: col[0].Target,
+			Put: lat(func(c TargetResult) Latency { return c.Put }),
+			Get: lat(func(c TargetResult) Latency { return c.Get }),
+			Bank: BankResult{
+				Committed: int64(med(func(c TargetResult) float64 { return float64(c.Bank.Committed) })),
+				Retries:   int64(med(func(c TargetResult) float64 { return float64(c.Bank.Retries) })),
+				TPS:       med(func(c TargetResult) float64 { return c.Bank.TPS }),
+				Latency:   lat(func(c TargetResult) Latency { return c.Bank.Latency }),
+			}}
+	}
+	return out
+}
+
+// StorageTarget measures kiroku's storage API on any backend.
+type StorageTarget struct {
+	DB    storage.Backend
+	Label string
+	ns    string
+}
+
+func (s *StorageTarget) Name() string { return s.Label }
+
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func (s *StorageTarget) Setup(ctx context.Context, accounts int) error {
+	s.ns = randomName("bench_")
+	if err := s.DB.CreateNamespace(ctx, s.ns); err != nil {
+		return err
+	}
+	if err := s.DB.CreateTable(ctx, &storage.Table{Namespace: s.ns, Name: "kv",
+		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns:      []storage.Column{{Name: "v", Type: storage.TypeBlob}}}); err != nil {
+		return err
+	}
+	if err := s.DB.CreateTable(ctx, &storage.Table{Namespace: s.ns, Name: "accounts",
+		PartitionKey: []storage.Column{{Name: "id", Type: storage.TypeBigInt}},
+		Columns:      []storage.Column{{Name: "balance", Type: storage.TypeBigInt}}}); err != nil {
+		return err
+	}
+	for i := 0; i < accounts; i++ {
+		if err := s.DB.Put(ctx, &storage.Put{Namespace: s.ns, Table: "accounts",
+			Partition: storage.Values{"id": storage.BigInt(int64(i))}, Values: storage.Values{"balance": storage.BigInt(1000)}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *StorageTarget) Put(ctx context.Context, key int64, value []byte) error {
+	return s.DB.Put(ctx, &storage.Put{Namespace: s.ns, Table: "kv", Partition: storage.Values{"k": storage.BigInt(key)},
+		Values: storage.Values{"v": storage.Blob(value)}})
+}
+
+func (s *StorageTarget) Get(ctx context.Context, key int64) error {
+	_, ok, err := s.DB.Get(ctx, &storage.Get{Namespace: s.ns, Table: "kv", Partition: storage.Values{"k": storage.BigInt(key)}})
+	if err == nil && !ok {
+		err = fmt.Errorf("key %d missing", key)
+	}
+	return err
+}
+
+func (s *StorageTarget) Transfer(ctx context.Context, from, to, amount int64) (int, error) {
+	attempts := 0
+	err := storage.UpdateWith(ctx, s.DB, storage.RetryPolicy{MaxAttempts: 1000}, func(tx storage.Txn) error {
+		attempts++
+		acct := func(id int64) storage.Values { return storage.Values{"id": storage.BigInt(id)} }
+		a, _, err := tx.Get(ctx, &storage.Get{Namespace: s.ns, Table: "accounts", Partition: acct(from)})
+		if err != nil {
+			return err
+		}
+		b, _, err := tx.Get(ctx, &storage.Get{Namespace: s.ns, Table: "accounts", Partition: acct(to)})
+		if err != nil {
+			return err
+		}
+		if a["balance"].AsBigInt() < amount {
+			return nil
+		}
+		if err := tx.Put(ctx, &storage.Put{Namespace: s.ns, Table: "accounts", Partition: acct(from),
+			Values: storage.Values{"balance": storage.BigInt(a["balance"].AsBigInt() - amount)}}); err != nil {
+			return err
+		}
+		return tx.Put(ctx, &storage.Put{Namespace: s.ns, Table: "accounts", Partition: acct(to),
+			Values: storage.Values{"balance": storage.BigInt(b["balance"].AsBigInt() + amount)}})
+	})
+	return attempts - 1, err
+}
+
+func (s *StorageTarget) Total(ctx context.Context) (int64, error) {
+	var total int64
+	err := storage.Update(ctx, s.DB, func(tx storage.Txn) error {
+		total = 0
+		// accounts is partitioned by id: read every partition.
+		for i := int64(0); ; i++ {
+			row, ok, err := tx.Get(ctx, &storage.Get{Namespace: s.ns, Table: "accounts", Partition: storage.Values{"id": storage.BigInt(i)}})
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return nil
+			}
+			total += row["balance"].AsBigInt()
+		}
+	})
+	return total, err
+}
+
+func (s *StorageTarget) Teardown(ctx context.Context) error {
+	for _, t := range []string{"kv", "accounts"} {
+		_ = s.DB.DropTable(ctx, s.ns, t)
+	}
+	return s.DB.DropNamespace(ctx, s.ns)
+}

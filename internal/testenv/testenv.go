@@ -1,0 +1,34 @@
+// Package testenv tells tests where the services they need are.
+//
+// Tests that need an external service (PostgreSQL now, Cassandra later)
+// read its address from an environment variable. Under a plain `go test`
+// without it they skip with a message saying how to run them; the project's
+// test command (scripts/test.sh) starts the services and sets
+// KIROKU_REQUIRE_SERVICES=1, which turns a missing service into a failure.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// PostgresDSN returns the DSN of the test PostgreSQL server, skipping (or,
+// when services are required, failing) the test if there is none.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	return need(t, "KIROKU_PG_DSN", "PostgreSQL")
+}
+
+func need(t testing.TB, env, what string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v != "" {
+		return v
+	}
+	msg := what + " tests need " + env + "; run scripts/test.sh, which starts a throwaway " + what + " and sets it"
+	if os.Getenv("KIROKU_REQUIRE_SERVICES") != "" {
+		t.Fatal(msg + " (KIROKU_REQUIRE_SERVICES is set, so a missing service is a failure)")
+	}
+	t.Skip(msg)
+	return ""
+}

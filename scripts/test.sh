@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# kiroku's whole test suite, as CI runs it (.ci/run calls this).
+#
+# It starts the services the tests need — a throwaway PostgreSQL on a free
+# loopback port (scripts/pg.sh) — and sets KIROKU_REQUIRE_SERVICES=1, so a
+# test whose service is missing fails instead of skipping. Then: gofmt,
+# go vet, and every test under the race detector. The services are stopped
+# by PID on exit, whatever happened.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:" >&2; echo "$unformatted" >&2; exit 1
+fi
+go vet ./...
+
+pg=$(scripts/pg.sh start) || { echo "test.sh: could not start PostgreSQL" >&2; exit 1; }
+pgdir=${pg%% *}
+trap 'scripts/pg.sh stop "$pgdir"' EXIT
+export KIROKU_PG_DSN=${pg#* }
+export KIROKU_REQUIRE_SERVICES=1
+echo "test.sh: PostgreSQL at $KIROKU_PG_DSN"
+
+go test -race -count=1 -timeout 25m "$@" ./...

@@ -1,0 +1,228 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Admin manages namespaces and tables. Schemas are stored in the backend
+// itself, so a new process attached to the same store finds them.
+type Admin interface {
+	// CreateNamespace fails with ErrNamespaceExists if it exists.
+	CreateNamespace(ctx context.Context, name string) error
+	// DropNamespace fails with ErrNamespaceNotFound if it does not exist and
+	// ErrNamespaceNotEmpty if it still holds tables.
+	DropNamespace(ctx context.Context, name string) error
+	// ListNamespaces returns the namespaces, sorted.
+	ListNamespaces(ctx context.Context) ([]string, error)
+	// CreateTable validates t and creates it in its namespace; ErrTableExists
+	// if a table of that name exists.
+	CreateTable(ctx context.Context, t *Table) error
+	// DropTable drops a table and every row in it.
+	DropTable(ctx context.Context, namespace, table string) error
+	// DescribeTable returns a copy of the table's schema.
+	DescribeTable(ctx context.Context, namespace, table string) (*Table, error)
+	// ListTables returns the namespace's table names, sorted.
+	ListTables(ctx context.Context, namespace string) ([]string, error)
+}
+
+// Store is the non-transactional interface of Apollo Storage: single-row
+// reads and writes and single-partition scans and batches. Each call is
+// atomic and linearizable on its own; for more, use a Txn.
+type Store interface {
+	// Get returns the row and true, or false if it does not exist.
+	Get(ctx context.Context, g *Get) (Row, bool, error)
+	// Scan streams the rows of one partition. The caller must Close the Rows.
+	Scan(ctx context.Context, s *Scan) (Rows, error)
+	// Put writes one row; with a condition, atomically with its check.
+	Put(ctx context.Context, p *Put) error
+	// Delete removes one row; with a condition, atomically with its check.
+	Delete(ctx context.Context, d *Delete) error
+	// Mutate applies puts and deletes to one partition of one table
+	// atomically: if any condition fails, nothing is written and the error
+	// (ErrConditionNotMet) says which mutation failed.
+	Mutate(ctx context.Context, ms []Mutation) error
+}
+
+// Txn is a strictly serializable transaction: its reads and writes take
+// effect at one point between Begin and the return of a successful Commit,
+// and a transaction that scanned a range conflicts with one that inserts
+// into it. It sees its own writes. A Txn is not safe for concurrent use.
+//
+// Any method may return ErrConflict; the transaction is then finished and
+// the whole unit of work should be retried (Update does that). After Commit,
+// Abort or such an error, methods return ErrTxnDone; Abort after the end is
+// a no-op.
+type Txn interface {
+	Get(ctx context.Context, g *Get) (Row, bool, error)
+	// Scan returns the matching rows, own writes included. Within a
+	// transaction the rows may be materialized before the first Next.
+	Scan(ctx context.Context, s *Scan) (Rows, error)
+	// Put and Delete take conditions as in Store, evaluated on what this
+	// transaction sees; a failed condition returns ErrConditionNotMet, writes
+	// nothing, and leaves the transaction usable.
+	Put(ctx context.Context, p *Put) error
+	Delete(ctx context.Context, d *Delete) error
+	// Commit returns nil only once the transaction is committed and durable.
+	// ErrConflict: rolled back; ErrCommitUnknown: the outcome is not known.
+	Commit(ctx context.Context) error
+	// Abort rolls back; it is safe to call more than once.
+	Abort(ctx context.Context) error
+}
+
+// Backend is a store with its admin and transactions. A Backend is safe for
+// concurrent use.
+type Backend interface {
+	Admin
+	Store
+	// Begin starts a transaction.
+	Begin(ctx context.Context) (Txn, error)
+	// Limits returns the size limits in force.
+	Limits() Limits
+	// Close releases the backend's resources. Open Rows and Txns must be
+	// finished first.
+	Close() error
+}
+
+// Rows iterates over scan results, like database/sql.Rows:
+//
+//	for rows.Next() { use(rows.Row()) }
+//	if err := rows.Err(); err != nil { ... }
+//	rows.Close()
+type Rows interface {
+	Next() bool
+	// Row is the current row; valid until the next call to Next.
+	Row() Row
+	// Err is the error that stopped iteration, if any.
+	Err() error
+	// Close releases the iterator; safe to call more than once.
+	Close() error
+}
+
+// SliceRows returns a Rows over materialized rows.
+func SliceRows(rows []Row) Rows { return &sliceRows{rows: rows, i: -1} }
+
+type sliceRows struct {
+	rows []Row
+	i    int
+}
+
+func (r *sliceRows) Next() bool   { r.i++; return r.i < len(r.rows) }
+func (r *sliceRows) Row() Row     { return r.rows[r.i] }
+func (r *sliceRows) Err() error   { return nil }
+func (r *sliceRows) Close() error { r.i = len(r.rows); return nil }
+
+// CollectRows reads every row and closes rows.
+func CollectRows(rows Rows) ([]Row, error) {
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		out = append(out, rows.Row())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, rows.Close()
+}
+
+// RetryPolicy bounds Update's retries. Zero fields take the defaults.
+type RetryPolicy struct {
+	// MaxAttempts is the number of tries in all; 0 means 20.
+	MaxAttempts int
+	// BaseDelay is the backoff ceiling after the first failure; it doubles
+	// with every failure up to MaxDelay. 0 means 1ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the backoff ceiling; 0 means 200ms.
+	MaxDelay time.Duration
+	// Jitter picks the actual sleep in [0, ceiling); nil means uniform
+	// ("full jitter") from math/rand/v2. Tests and the simulator inject theirs.
+	Jitter func(ceiling time.Duration) time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 20
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 200 * time.Millisecond
+	}
+	if p.Jitter == nil {
+		p.Jitter = func(c time.Duration) time.Duration { return rand.N(c) }
+	}
+	return p
+}
+
+// Beginner starts transactions; every Backend is one.
+type Beginner interface {
+	Begin(ctx context.Context) (Txn, error)
+}
+
+// Update runs fn in a transaction and commits it, retrying the whole unit of
+// work on retryable errors (ErrConflict, ErrUnavailable) with the default
+// RetryPolicy. If fn returns an error that is not retryable, the transaction
+// is aborted and that error returned. fn may run more than once, so it must
+// not have effects outside the transaction.
+func Update(ctx context.Context, db Beginner, fn func(Txn) error) error {
+	return UpdateWith(ctx, db, RetryPolicy{}, fn)
+}
+
+// ErrRetriesExhausted wraps the last retryable error once the policy's
+// attempts are used up.
+var ErrRetriesExhausted = errors.New("retries exhausted")
+
+// UpdateWith is Update with an explicit retry policy.
+func UpdateWith(ctx context.Context, db Beginner, policy RetryPolicy, fn func(Txn) error) error {
+	p := policy.withDefaults()
+	var last error
+	for attempt := 0; attempt < p.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := p.Sleep(ctx, attempt-1); err != nil {
+				return err
+			}
+		}
+		last = updateOnce(ctx, db, fn)
+		if last == nil || !IsRetryable(last) {
+			return last
+		}
+	}
+	return fmt.Errorf("storage: update: %w after %d attempts: %w", ErrRetriesExhausted, p.MaxAttempts, last)
+}
+
+// Sleep waits out the backoff after failure number failure (0 for the
+// first): a jittered time below min(BaseDelay·2^failure, MaxDelay). It
+// returns early with ctx's error if ctx ends.
+func (p RetryPolicy) Sleep(ctx context.Context, failure int) error {
+	p = p.withDefaults()
+	ceiling := p.BaseDelay
+	for i := 0; i < failure && ceiling < p.MaxDelay; i++ {
+		ceiling *= 2
+	}
+	t := time.NewTimer(p.Jitter(min(ceiling, p.MaxDelay)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func updateOnce(ctx context.Context, db Beginner, fn func(Txn) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		if aerr := tx.Abort(ctx); aerr != nil && !errors.Is(aerr, ErrTxnDone) && !IsRetryable(err) {
+			return errors.Join(err, aerr)
+		}
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,341 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// querier is what the pool and a transaction have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// mapErr is the package mapErr plus forgetting a cached schema whose table
+// PostgreSQL no longer has.
+func (b *Backend) mapErr(op string, t *storage.Table, err error, mayHaveWritten bool) error {
+	err = mapErr(op, t.Namespace, t.Name, err, mayHaveWritten)
+	if errors.Is(err, storage.ErrTableNotFound) || errors.Is(err, storage.ErrNamespaceNotFound) {
+		b.uncache(t.Namespace, t.Name)
+	}
+	return err
+}
+
+func toRow(t *storage.Table, cols []string, vals []any) (storage.Row, error) {
+	row := make(storage.Row, len(cols))
+	for i, name := range cols {
+		typ, _, _ := t.Lookup(name)
+		v, err := fromGo(typ, vals[i])
+		if err != nil {
+			return nil, err
+		}
+		row[name] = v
+	}
+	return row, nil
+}
+
+func (b *Backend) get(ctx context.Context, q querier, t *storage.Table, g *storage.Get) (storage.Row, bool, error) {
+	sql, args, cols := getSQL(t, g)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, false, b.mapErr("get", t, err, false)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, false, b.mapErr("get", t, rows.Err(), false)
+	}
+	vals, err := rows.Values()
+	if err != nil {
+		return nil, false, b.mapErr("get", t, err, false)
+	}
+	row, err := toRow(t, cols, vals)
+	return row, err == nil, err
+}
+
+func condFailed(op string, t *storage.Table, detail string) error {
+	return &storage.Error{Kind: storage.ErrConditionNotMet, Op: op, Namespace: t.Namespace, Table: t.Name, Detail: detail}
+}
+
+func (b *Backend) put(ctx context.Context, q querier, t *storage.Table, p *storage.Put) error {
+	sql, args := putSQL(t, p)
+	tag, err := q.Exec(ctx, sql, args...)
+	if err != nil {
+		return b.mapErr("put", t, err, true)
+	}
+	if p.Condition != nil && tag.RowsAffected() == 0 {
+		return condFailed("put", t, "")
+	}
+	return nil
+}
+
+func (b *Backend) delete(ctx context.Context, q querier, t *storage.Table, d *storage.Delete) error {
+	sql, args := deleteSQL(t, d)
+	tag, err := q.Exec(ctx, sql, args...)
+	if err != nil {
+		return b.mapErr("delete", t, err, true)
+	}
+	if d.Condition != nil && tag.RowsAffected() == 0 {
+		return condFailed("delete", t, "")
+	}
+	return nil
+}
+
+// Get implements storage.Store.
+func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, found bool, err error) {
+	t, err := b.table(ctx, "get", g.Namespace, g.Table)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := t.CheckGet(g, b.limits); err != nil {
+		return nil, false, err
+	}
+	err = b.retry(ctx, func() error {
+		row, found, err = b.get(ctx, b.pool, t, g)
+		return err
+	})
+	return row, found, err
+}
+
+// Put implements storage.Store.
+func (b *Backend) Put(ctx context.Context, p *storage.Put) error {
+	t, err := b.table(ctx, "put", p.Namespace, p.Table)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckPut(p, b.limits); err != nil {
+		return err
+	}
+	return b.retry(ctx, func() error { return b.put(ctx, b.pool, t, p) })
+}
+
+// Delete implements storage.Store.
+func (b *Backend) Delete(ctx context.Context, d *storage.Delete) error {
+	t, err := b.table(ctx, "delete", d.Namespace, d.Table)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckDelete(d, b.limits); err != nil {
+		return err
+	}
+	return b.retry(ctx, func() error { return b.delete(ctx, b.pool, t, d) })
+}
+
+// Mutate implements storage.Store: the mutations run in one transaction,
+// which rolls back if any condition fails.
+func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
+	const op = "mutate"
+	ns, name, err := storage.CheckMutationTarget(ms)
+	if err != nil {
+		return err
+	}
+	t, err := b.table(ctx, op, ns, name)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := t.CheckMutation(m, b.limits); err != nil {
+			return err
+		}
+	}
+	return b.retry(ctx, func() error {
+		tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: b.iso})
+		if err != nil {
+			return b.mapErr(op, t, err, false)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		for i, m := range ms {
+			switch m := m.(type) {
+			case *storage.Put:
+				err = b.put(ctx, tx, t, m)
+			case *storage.Delete:
+				err = b.delete(ctx, tx, t, m)
+			}
+			if errors.Is(err, storage.ErrConditionNotMet) {
+				return condFailed(op, t, fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms)))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return b.mapErr(op, t, tx.Commit(ctx), true)
+	})
+}
+
+// Scan implements storage.Store. The rows stream from the server; the
+// connection is held until Close.
+func (b *Backend) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	t, err := b.table(ctx, "scan", s.Namespace, s.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.CheckScan(s, b.limits); err != nil {
+		return nil, err
+	}
+	sql, args, cols := scanSQL(t, s)
+	rows, err := b.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, b.mapErr("scan", t, err, false)
+	}
+	return &pgRows{b: b, t: t, cols: cols, rows: rows}, nil
+}
+
+type pgRows struct {
+	b    *Backend
+	t    *storage.Table
+	cols []string
+	rows pgx.Rows
+	cur  storage.Row
+	err  error
+}
+
+func (r *pgRows) Next() bool {
+	if r.err != nil || !r.rows.Next() {
+		if r.err == nil {
+			r.err = r.b.mapErr("scan", r.t, r.rows.Err(), false)
+		}
+		return false
+	}
+	vals, err := r.rows.Values()
+	if err == nil {
+		r.cur, err = toRow(r.t, r.cols, vals)
+	}
+	if err != nil {
+		r.err = r.b.mapErr("scan", r.t, err, false)
+		r.rows.Close()
+		return false
+	}
+	return true
+}
+
+func (r *pgRows) Row() storage.Row { return r.cur }
+func (r *pgRows) Err() error       { return r.err }
+func (r *pgRows) Close() error {
+	r.rows.Close()
+	if r.err == nil {
+		r.err = r.b.mapErr("scan", r.t, r.rows.Err(), false)
+	}
+	return r.err
+}
+
+// Begin implements storage.Backend: a SERIALIZABLE PostgreSQL transaction.
+func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
+	if err := b.checkOpen("begin"); err != nil {
+		return nil, err
+	}
+	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: b.iso})
+	if err != nil {
+		return nil, mapErr("begin", "", "", err, false)
+	}
+	return &txn{b: b, tx: tx}, nil
+}
+
+// txn runs each operation directly in the PostgreSQL transaction, which
+// gives read-your-own-writes. A server-side error aborts a PostgreSQL
+// transaction, so after one the txn is finished; a validation error or a
+// failed condition is found before anything is sent and leaves it usable.
+type txn struct {
+	b    *Backend
+	tx   pgx.Tx
+	done bool
+}
+
+func (x *txn) table(ctx context.Context, op, ns, name string) (*storage.Table, error) {
+	if x.done {
+		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
+	}
+	return x.b.table(ctx, op, ns, name)
+}
+
+// end finishes the transaction after a server error and returns err.
+func (x *txn) end(ctx context.Context, err error) error {
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+		x.done = true
+		x.tx.Rollback(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+func (x *txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	t, err := x.table(ctx, "get", g.Namespace, g.Table)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := t.CheckGet(g, x.b.limits); err != nil {
+		return nil, false, err
+	}
+	row, ok, err := x.b.get(ctx, x.tx, t, g)
+	return row, ok, x.end(ctx, err)
+}
+
+func (x *txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	t, err := x.table(ctx, "scan", s.Namespace, s.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.CheckScan(s, x.b.limits); err != nil {
+		return nil, err
+	}
+	sql, args, cols := scanSQL(t, s)
+	rows, err := x.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, x.end(ctx, x.b.mapErr("scan", t, err, false))
+	}
+	// Materialize: the transaction's connection is needed for what follows.
+	out, err := storage.CollectRows(&pgRows{b: x.b, t: t, cols: cols, rows: rows})
+	if err != nil {
+		return nil, x.end(ctx, err)
+	}
+	return storage.SliceRows(out), nil
+}
+
+func (x *txn) Put(ctx context.Context, p *storage.Put) error {
+	t, err := x.table(ctx, "put", p.Namespace, p.Table)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckPut(p, x.b.limits); err != nil {
+		return err
+	}
+	return x.end(ctx, x.b.put(ctx, x.tx, t, p))
+}
+
+func (x *txn) Delete(ctx context.Context, d *storage.Delete) error {
+	t, err := x.table(ctx, "delete", d.Namespace, d.Table)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckDelete(d, x.b.limits); err != nil {
+		return err
+	}
+	return x.end(ctx, x.b.delete(ctx, x.tx, t, d))
+}
+
+func (x *txn) Commit(ctx context.Context) error {
+	if x.done {
+		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
+	}
+	x.done = true
+	if err := x.tx.Commit(ctx); err != nil {
+		x.tx.Rollback(context.WithoutCancel(ctx))
+		return mapErr("commit", "", "", err, true)
+	}
+	return nil
+}
+
+func (x *txn) Abort(ctx context.Context) error {
+	if x.done {
+		return nil
+	}
+	x.done = true
+	if err := x.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		// The server rolls back on its own when the connection is gone.
+		return nil
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package postgres
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// This file turns checked storage operations into SQL. Everything here is a
+// pure function of the schema and the operation, so it is tested without a
+// server; identifiers are always quoted, values always bound as parameters.
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func tableIdent(t *storage.Table) string { return pgx.Identifier{t.Namespace, t.Name}.Sanitize() }
+
+func sqlType(t storage.DataType) string {
+	switch t {
+	case storage.TypeBoolean:
+		return "boolean"
+	case storage.TypeBigInt:
+		return "bigint"
+	case storage.TypeDouble:
+		return "double precision"
+	case storage.TypeText:
+		// Byte order, which is code point order for UTF-8: the same order on
+		// every backend, whatever the server's locale.
+		return `text COLLATE "C"`
+	case storage.TypeBlob:
+		return "bytea"
+	case storage.TypeTimestamp:
+		return "timestamptz"
+	}
+	panic(fmt.Sprintf("postgres: no SQL type for %v", t))
+}
+
+// createTableSQL returns the statements that create t: the table with its
+// primary key, and, when a clustering column is DESC, an index in exactly
+// the clustering order so scans in either direction read it in order.
+func createTableSQL(t *storage.Table) []string {
+	var cols []string
+	for _, c := range t.PartitionKey {
+		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type)+" NOT NULL")
+	}
+	for _, c := range t.ClusteringKey {
+		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type)+" NOT NULL")
+	}
+	for _, c := range t.Columns {
+		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type))
+	}
+	keys := quoteAll(t.KeyNames())
+	// Constraint and index names use '$', which kiroku names cannot contain,
+	// so they never collide with a kiroku table in the same schema.
+	stmts := []string{fmt.Sprintf("CREATE TABLE %s (%s, CONSTRAINT %s PRIMARY KEY (%s))",
+		tableIdent(t), strings.Join(cols, ", "), ident(t.Name+"$pk"), strings.Join(keys, ", "))}
+	mixed := false
+	for _, c := range t.ClusteringKey {
+		mixed = mixed || c.Order == storage.Desc
+	}
+	if mixed {
+		idx := quoteAll(namesOf(t.PartitionKey))
+		for _, c := range t.ClusteringKey {
+			idx = append(idx, ident(c.Name)+" "+c.Order.String())
+		}
+		stmts = append(stmts, fmt.Sprintf("CREATE INDEX %s ON %s (%s)",
+			ident(t.Name+"$order"), tableIdent(t), strings.Join(idx, ", ")))
+	}
+	return stmts
+}
+
+func namesOf(cols []storage.Column) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c.Name
+	}
+	return out
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = ident(n)
+	}
+	return out
+}
+
+// builder accumulates a statement's text and arguments.
+type builder struct {
+	sb   strings.Builder
+	args []any
+}
+
+func (b *builder) w(s ...string) {
+	for _, x := range s {
+		b.sb.WriteString(x)
+	}
+}
+
+// arg binds v and returns its placeholder.
+func (b *builder) arg(v storage.Value) string {
+	b.args = append(b.args, goValue(v))
+	return fmt.Sprintf("$%d", len(b.args))
+}
+
+// goValue converts a value to what pgx binds to the column's SQL type.
+func goValue(v storage.Value) any {
+	if v.IsNull() {
+		return nil
+	}
+	switch v.Type() {
+	case storage.TypeBoolean:
+		return v.AsBool()
+	case storage.TypeBigInt:
+		return v.AsBigInt()
+	case storage.TypeDouble:
+		return v.AsDouble()
+	case storage.TypeText:
+		return v.AsText()
+	case storage.TypeBlob:
+		b := v.AsBlob()
+		if b == nil {
+			b = []byte{} // nil would bind as NULL
+		}
+		return b
+	case storage.TypeTimestamp:
+		return v.AsTime()
+	}
+	panic(fmt.Sprintf("postgres: cannot bind %v", v))
+}
+
+// fromGo converts what pgx decoded back into a value of type t.
+func fromGo(t storage.DataType, x any) (storage.Value, error) {
+	if x == nil {
+		return storage.NullOf(t), nil
+	}
+	switch t {
+	case storage.TypeBoolean:
+		if b, ok := x.(bool); ok {
+			return storage.Bool(b), nil
+		}
+	case storage.TypeBigInt:
+		if i, ok := x.(int64); ok {
+			return storage.BigInt(i), nil
+		}
+	case storage.TypeDouble:
+		if f, ok := x.(float64); ok {
+			return storage.Double(f), nil
+		}
+	case storage.TypeText:
+		if s, ok := x.(string); ok {
+			return storage.Text(s), nil
+		}
+	case storage.TypeBlob:
+		if b, ok := x.([]byte); ok {
+			return storage.Blob(b), nil
+		}
+	case storage.TypeTimestamp:
+		if ts, ok := x.(time.Time); ok {
+			return storage.Timestamp(ts), nil
+		}
+	}
+	return storage.Value{}, fmt.Errorf("postgres: column of type %v decoded as %T", t, x)
+}
+
+// whereKey writes "k1 = $1 AND k2 = $2 ..." for the full primary key.
+func (b *builder) whereKey(t *storage.Table, partition, clustering storage.Values) {
+	for i, name := range t.KeyNames() {
+		if i > 0 {
+			b.w(" AND ")
+		}
+		v, ok := partition[name]
+		if !ok {
+			v = clustering[name]
+		}
+		b.w(ident(name), " = ", b.arg(v))
+	}
+}
+
+// conditionExprs writes " AND expr ..." for a CondIf condition.
+func (b *builder) conditionExprs(c *storage.Condition) {
+	if c == nil || c.Kind != storage.CondIf {
+		return
+	}
+	for _, e := range c.Exprs {
+		b.w(" AND ", ident(e.Column), " ")
+		switch e.Op {
+		case storage.OpIsNull, storage.OpIsNotNull:
+			b.w(e.Op.String())
+		default:
+			b.w(e.Op.String(), " ", b.arg(e.Value))
+		}
+	}
+}
+
+func projection(t *storage.Table, proj []string) []string {
+	if len(proj) == 0 {
+		return t.ColumnNames()
+	}
+	return proj
+}
+
+func getSQL(t *storage.Table, g *storage.Get) (string, []any, []string) {
+	var b builder
+	cols := projection(t, g.Projection)
+	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
+	b.whereKey(t, g.Partition, g.Clustering)
+	return b.sb.String(), b.args, cols
+}
+
+// putSQL returns the statement for a Put. For conditional puts, zero rows
+// affected means the condition did not hold; the check and the write are one
+// statement, so no other writer can slip in between.
+func putSQL(t *storage.Table, p *storage.Put) (string, []any) {
+	var b builder
+	vals := sortedKeys(p.Values)
+	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
+		// IfExists or If: update the existing row only.
+		b.w("UPDATE ", tableIdent(t), " SET ")
+		if len(vals) == 0 {
+			k := ident(t.PartitionKey[0].Name)
+			b.w(k, " = ", k) // touch the row: it is written, so it conflicts like a write
+		}
+		for i, name := range vals {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(ident(name), " = ", b.arg(p.Values[name]))
+		}
+		b.w(" WHERE ")
+		b.whereKey(t, p.Partition, p.Clustering)
+		b.conditionExprs(p.Condition)
+		return b.sb.String(), b.args
+	}
+	keys := t.KeyNames()
+	cols := append(append([]string{}, keys...), vals...)
+	b.w("INSERT INTO ", tableIdent(t), " (", strings.Join(quoteAll(cols), ", "), ") VALUES (")
+	for i, name := range cols {
+		if i > 0 {
+			b.w(", ")
+		}
+		v, ok := p.Values[name]
+		if !ok {
+			if v, ok = p.Partition[name]; !ok {
+				v = p.Clustering[name]
+			}
+		}
+		b.w(b.arg(v))
+	}
+	b.w(") ON CONFLICT (", strings.Join(quoteAll(keys), ", "), ") DO ")
+	if p.Condition != nil || len(vals) == 0 {
+		b.w("NOTHING")
+		return b.sb.String(), b.args
+	}
+	b.w("UPDATE SET ")
+	for i, name := range vals {
+		if i > 0 {
+			b.w(", ")
+		}
+		b.w(ident(name), " = EXCLUDED.", ident(name))
+	}
+	return b.sb.String(), b.args
+}
+
+func deleteSQL(t *storage.Table, d *storage.Delete) (string, []any) {
+	var b builder
+	b.w("DELETE FROM ", tableIdent(t), " WHERE ")
+	b.whereKey(t, d.Partition, d.Clustering)
+	b.conditionExprs(d.Condition)
+	return b.sb.String(), b.args
+}
+
+// scanSQL returns the statement for a Scan, and the projected columns.
+func scanSQL(t *storage.Table, s *storage.Scan) (string, []any, []string) {
+	var b builder
+	cols := projection(t, s.Projection)
+	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
+	for i, c := range t.PartitionKey {
+		if i > 0 {
+			b.w(" AND ")
+		}
+		b.w(ident(c.Name), " = ", b.arg(s.Partition[c.Name]))
+	}
+	if s.Start != nil {
+		b.w(" AND ")
+		b.bound(t, s.Start, true)
+	}
+	if s.End != nil {
+		b.w(" AND ")
+		b.bound(t, s.End, false)
+	}
+	if len(t.ClusteringKey) > 0 {
+		b.w(" ORDER BY ")
+		for i, c := range t.ClusteringKey {
+			if i > 0 {
+				b.w(", ")
+			}
+			o := c.Order
+			if s.Order == storage.Desc {
+				o = 1 - o
+			}
+			b.w(ident(c.Name), " ", o.String())
+		}
+	}
+	if s.Limit > 0 {
+		b.w(fmt.Sprintf(" LIMIT %d", s.Limit))
+	}
+	return b.sb.String(), b.args, cols
+}
+
+// bound writes the predicate for one end of a scan over a clustering-key
+// prefix of k columns. "After" in clustering order is > for an ASC column
+// and < for a DESC one. A start keeps rows whose prefix is after the bound
+// (or equal, if inclusive); an end keeps rows whose prefix is before it.
+// When the k columns share one direction, a row comparison says it and lets
+// PostgreSQL use the index; otherwise the lexicographic order is spelled out.
+func (b *builder) bound(t *storage.Table, bd *storage.Bound, start bool) {
+	cc := t.ClusteringKey[:len(bd.Key)]
+	vals := t.BoundValues(bd)
+	strict := func(o storage.Order) string {
+		if (o == storage.Asc) == start {
+			return ">"
+		}
+		return "<"
+	}
+	uniform := true
+	for _, c := range cc[1:] {
+		uniform = uniform && c.Order == cc[0].Order
+	}
+	if uniform {
+		op := strict(cc[0].Order)
+		if bd.Inclusive {
+			op += "="
+		}
+		names := make([]string, len(cc))
+		ph := make([]string, len(cc))
+		for i, c := range cc {
+			names[i], ph[i] = ident(c.Name), b.arg(vals[i])
+		}
+		if len(cc) == 1 {
+			b.w(names[0], " ", op, " ", ph[0])
+		} else {
+			b.w("(", strings.Join(names, ", "), ") ", op, " (", strings.Join(ph, ", "), ")")
+		}
+		return
+	}
+	var terms []string
+	for i := range cc {
+		var parts []string
+		for j := 0; j < i; j++ {
+			parts = append(parts, ident(cc[j].Name)+" = "+b.arg(vals[j]))
+		}
+		parts = append(parts, ident(cc[i].Name)+" "+strict(cc[i].Order)+" "+b.arg(vals[i]))
+		terms = append(terms, "("+strings.Join(parts, " AND ")+")")
+	}
+	if bd.Inclusive {
+		var parts []string
+		for j := range cc {
+			parts = append(parts, ident(cc[j].Name)+" = "+b.arg(vals[j]))
+		}
+		terms = append(terms, "("+strings.Join(parts, " AND ")+")")
+	}
+	b.w("(", strings.Join(terms, " OR "), ")")
+}
+
+// sortedKeys gives deterministic statement text, so prepared statements are reused.
+func sortedKeys(v storage.Values) []string { return slices.Sorted(maps.Keys(v)) }

@@ -1,0 +1,135 @@
+package storagetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+func testTxn(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	tb := itemTable(e)
+	p := V{"id": i64(1)}
+	seq := func(s int64) V { return V{"seq": i64(s)} }
+	for s := int64(1); s <= 3; s++ {
+		e.put(tb, p, seq(s*10), V{"i": i64(s * 10)})
+	}
+	g := func(s int64) *storage.Get {
+		return &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Projection: []string{"i"}}
+	}
+	pt := func(s, v int64) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)}}
+	}
+	dl := func(s int64) *storage.Delete {
+		return &storage.Delete{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s)}
+	}
+	sc := &storage.Scan{Namespace: e.ns, Table: tb.Name, Partition: p, Projection: []string{"seq", "i"}}
+	scanTx := func(tx storage.Txn) []int64 {
+		rows, err := tx.Scan(e.ctx, sc)
+		e.ok(err)
+		all, err := storage.CollectRows(rows)
+		e.ok(err)
+		var out []int64
+		for _, r := range all {
+			out = append(out, r["i"].AsBigInt())
+		}
+		return out
+	}
+
+	// Read your own writes, in Get and Scan; invisible to others until commit.
+	tx, err := e.db.Begin(e.ctx)
+	e.ok(err)
+	e.ok(tx.Put(e.ctx, pt(15, 15)))
+	e.ok(tx.Put(e.ctx, pt(20, 21)))
+	e.ok(tx.Delete(e.ctx, dl(30)))
+	row, ok, err := tx.Get(e.ctx, g(15))
+	e.ok(err)
+	if !ok || !row["i"].Equal(i64(15)) {
+		t.Fatalf("own insert not visible: %v %v", row, ok)
+	}
+	if _, ok, _ := tx.Get(e.ctx, g(30)); ok {
+		t.Fatal("own delete not visible")
+	}
+	if got := scanTx(tx); !equalInts(got, []int64{10, 15, 21}) {
+		t.Fatalf("scan in txn = %v, want [10 15 21]", got)
+	}
+	if _, ok := e.get(tb, p, seq(15)); ok {
+		t.Fatal("uncommitted insert visible outside the transaction")
+	}
+	e.ok(tx.Commit(e.ctx))
+	if got := e.scan(sc); len(got) != 3 || !got[1]["i"].Equal(i64(15)) || !got[2]["i"].Equal(i64(21)) {
+		t.Fatalf("after commit: %v", got)
+	}
+	// Finished transactions refuse further use; Abort is a no-op.
+	_, _, err = tx.Get(e.ctx, g(15))
+	e.is(err, storage.ErrTxnDone)
+	e.is(tx.Put(e.ctx, pt(1, 1)), storage.ErrTxnDone)
+	e.is(tx.Commit(e.ctx), storage.ErrTxnDone)
+	e.ok(tx.Abort(e.ctx))
+
+	// Abort discards everything.
+	tx, err = e.db.Begin(e.ctx)
+	e.ok(err)
+	e.ok(tx.Put(e.ctx, pt(99, 99)))
+	e.ok(tx.Delete(e.ctx, dl(10)))
+	e.ok(tx.Abort(e.ctx))
+	e.ok(tx.Abort(e.ctx))
+	if got := e.scan(sc); len(got) != 3 || !got[0]["i"].Equal(i64(10)) {
+		t.Fatalf("after abort: %v", got)
+	}
+
+	// A failed condition inside a transaction writes nothing and leaves it usable.
+	tx, err = e.db.Begin(e.ctx)
+	e.ok(err)
+	cond := pt(10, 1000)
+	cond.Condition = storage.IfNotExists()
+	e.is(tx.Put(e.ctx, cond), storage.ErrConditionNotMet)
+	cond = pt(10, 1000)
+	cond.Condition = storage.If(storage.Eq("i", i64(10)))
+	e.ok(tx.Put(e.ctx, cond))
+	del := dl(77)
+	del.Condition = storage.IfExists()
+	e.is(tx.Delete(e.ctx, del), storage.ErrConditionNotMet)
+	e.ok(tx.Put(e.ctx, pt(40, 40)))
+	e.ok(tx.Commit(e.ctx))
+	if got := e.scan(sc); !equalInts(ints(got), []int64{1000, 15, 21, 40}) {
+		t.Fatalf("after conditional txn: %v", ints(got))
+	}
+
+	// Update: commits on nil, aborts and returns a non-retryable error as is.
+	e.ok(storage.Update(e.ctx, e.db, func(tx storage.Txn) error { return tx.Put(e.ctx, pt(50, 50)) }))
+	boom := errors.New("boom")
+	err = storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+		if err := tx.Put(e.ctx, pt(60, 60)); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update returned %v, want boom", err)
+	}
+	if got := e.scan(sc); !equalInts(ints(got), []int64{1000, 15, 21, 40, 50}) {
+		t.Fatalf("after Update: %v", ints(got))
+	}
+}
+
+func ints(rows []storage.Row) []int64 {
+	var out []int64
+	for _, r := range rows {
+		out = append(out, r["i"].AsBigInt())
+	}
+	return out
+}
+
+func equalInts(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
