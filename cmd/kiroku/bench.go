@@ -132,4 +132,3 @@ func printResults(w io.Writer, rs []bench.TargetResult) {
 	}
 	tw.Flush()
 }
-

@@ -19,8 +19,8 @@ type querier interface {
 
 // mapErr is the package mapErr plus forgetting a cached schema whose table
 // PostgreSQL no longer has.
-func (b *Backend) mapErr(op string, t *storage.Table, err error, mayHaveWritten bool) error {
-	err = mapErr(op, t.Namespace, t.Name, err, mayHaveWritten)
+func (b *Backend) mapErr(op string, t *storage.Table, err error, mayHaveCommitted bool) error {
+	err = mapErr(op, t.Namespace, t.Name, err, mayHaveCommitted)
 	if errors.Is(err, storage.ErrTableNotFound) || errors.Is(err, storage.ErrNamespaceNotFound) {
 		b.uncache(t.Namespace, t.Name)
 	}
@@ -62,11 +62,13 @@ func condFailed(op string, t *storage.Table, detail string) error {
 	return &storage.Error{Kind: storage.ErrConditionNotMet, Op: op, Namespace: t.Namespace, Table: t.Name, Detail: detail}
 }
 
-func (b *Backend) put(ctx context.Context, q querier, t *storage.Table, p *storage.Put) error {
+// put and delete run one statement on q; autocommit says whether it
+// commits on its own (q is the pool) or inside a transaction.
+func (b *Backend) put(ctx context.Context, q querier, autocommit bool, t *storage.Table, p *storage.Put) error {
 	sql, args := putSQL(t, p)
 	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
-		return b.mapErr("put", t, err, true)
+		return b.mapErr("put", t, err, autocommit)
 	}
 	if p.Condition != nil && tag.RowsAffected() == 0 {
 		return condFailed("put", t, "")
@@ -74,11 +76,11 @@ func (b *Backend) put(ctx context.Context, q querier, t *storage.Table, p *stora
 	return nil
 }
 
-func (b *Backend) delete(ctx context.Context, q querier, t *storage.Table, d *storage.Delete) error {
+func (b *Backend) delete(ctx context.Context, q querier, autocommit bool, t *storage.Table, d *storage.Delete) error {
 	sql, args := deleteSQL(t, d)
 	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
-		return b.mapErr("delete", t, err, true)
+		return b.mapErr("delete", t, err, autocommit)
 	}
 	if d.Condition != nil && tag.RowsAffected() == 0 {
 		return condFailed("delete", t, "")
@@ -111,7 +113,7 @@ func (b *Backend) Put(ctx context.Context, p *storage.Put) error {
 	if err := t.CheckPut(p, b.limits); err != nil {
 		return err
 	}
-	return b.retry(ctx, func() error { return b.put(ctx, b.pool, t, p) })
+	return b.retry(ctx, func() error { return b.put(ctx, b.pool, true, t, p) })
 }
 
 // Delete implements storage.Store.
@@ -123,7 +125,7 @@ func (b *Backend) Delete(ctx context.Context, d *storage.Delete) error {
 	if err := t.CheckDelete(d, b.limits); err != nil {
 		return err
 	}
-	return b.retry(ctx, func() error { return b.delete(ctx, b.pool, t, d) })
+	return b.retry(ctx, func() error { return b.delete(ctx, b.pool, true, t, d) })
 }
 
 // Mutate implements storage.Store: the mutations run in one transaction,
@@ -152,9 +154,9 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 		for i, m := range ms {
 			switch m := m.(type) {
 			case *storage.Put:
-				err = b.put(ctx, tx, t, m)
+				err = b.put(ctx, tx, false, t, m)
 			case *storage.Delete:
-				err = b.delete(ctx, tx, t, m)
+				err = b.delete(ctx, tx, false, t, m)
 			}
 			if errors.Is(err, storage.ErrConditionNotMet) {
 				return condFailed(op, t, fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms)))
@@ -163,7 +165,7 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 				return err
 			}
 		}
-		return b.mapErr(op, t, tx.Commit(ctx), true)
+		return commit(ctx, op, tx)
 	})
 }
 
@@ -302,7 +304,7 @@ func (x *txn) Put(ctx context.Context, p *storage.Put) error {
 	if err := t.CheckPut(p, x.b.limits); err != nil {
 		return err
 	}
-	return x.end(ctx, x.b.put(ctx, x.tx, t, p))
+	return x.end(ctx, x.b.put(ctx, x.tx, false, t, p))
 }
 
 func (x *txn) Delete(ctx context.Context, d *storage.Delete) error {
@@ -313,7 +315,7 @@ func (x *txn) Delete(ctx context.Context, d *storage.Delete) error {
 	if err := t.CheckDelete(d, x.b.limits); err != nil {
 		return err
 	}
-	return x.end(ctx, x.b.delete(ctx, x.tx, t, d))
+	return x.end(ctx, x.b.delete(ctx, x.tx, false, t, d))
 }
 
 func (x *txn) Commit(ctx context.Context) error {
@@ -321,11 +323,7 @@ func (x *txn) Commit(ctx context.Context) error {
 		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
 	}
 	x.done = true
-	if err := x.tx.Commit(ctx); err != nil {
-		x.tx.Rollback(context.WithoutCancel(ctx))
-		return mapErr("commit", "", "", err, true)
-	}
-	return nil
+	return commit(ctx, "commit", x.tx)
 }
 
 func (x *txn) Abort(ctx context.Context) error {
@@ -333,9 +331,8 @@ func (x *txn) Abort(ctx context.Context) error {
 		return nil
 	}
 	x.done = true
-	if err := x.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		// The server rolls back on its own when the connection is gone.
-		return nil
-	}
+	// A failed rollback means the connection is gone, and the server rolls
+	// back on its own when it notices: nothing to report.
+	_ = x.tx.Rollback(ctx)
 	return nil
 }

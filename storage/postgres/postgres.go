@@ -172,16 +172,9 @@ func (b *Backend) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) er
 			return mapErr(op, "", "", err, false)
 		}
 		if err := fn(tx); err != nil {
-			var se *storage.Error
-			if errors.As(err, &se) {
-				return err
-			}
-			return mapErr(op, "", "", err, true)
+			return mapErr(op, "", "", err, false)
 		}
-		if err := tx.Commit(ctx); err != nil {
-			return mapErr(op, "", "", err, true)
-		}
-		return nil
+		return commit(ctx, op, tx)
 	})
 }
 
@@ -201,10 +194,14 @@ func (b *Backend) retry(ctx context.Context, fn func() error) error {
 	}
 }
 
-// mapErr turns a driver error into a storage error. mayHaveWritten says
-// whether the statement could have changed data, which turns a lost
-// connection into ErrCommitUnknown rather than ErrUnavailable.
-func mapErr(op, ns, table string, err error, mayHaveWritten bool) error {
+// mapErr turns a driver error into a storage error. mayHaveCommitted says
+// whether the failed call could have committed something on its own (a
+// COMMIT, or an autocommitted write): a lost connection then gives
+// ErrCommitUnknown, unless the connection was never made. pgconn.SafeToRetry
+// is not trusted for this: when the reply to a query that was sent is lost,
+// pgx can report a "conn closed" lock error that claims to be safe to retry
+// (TestCommitOutcomeUnknown shows it).
+func mapErr(op, ns, table string, err error, mayHaveCommitted bool) error {
 	if err == nil {
 		return nil
 	}
@@ -237,8 +234,9 @@ func mapErr(op, ns, table string, err error, mayHaveWritten bool) error {
 		return e
 	}
 	if isConnErr(err) {
+		var ce *pgconn.ConnectError
 		e.Kind = storage.ErrUnavailable
-		if mayHaveWritten && !pgconn.SafeToRetry(err) {
+		if mayHaveCommitted && !errors.As(err, &ce) {
 			e.Kind = storage.ErrCommitUnknown
 		}
 		return e
@@ -251,5 +249,20 @@ func isConnErr(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed")
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.Timeout(err)
+}
+
+// commit commits tx. A connection already known dead has sent nothing, so
+// the transaction cannot have committed: ErrUnavailable. Otherwise a lost
+// connection leaves the outcome unknown.
+func commit(ctx context.Context, op string, tx pgx.Tx) error {
+	if tx.Conn().IsClosed() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "connection lost before commit; nothing was committed"}
+	}
+	err := tx.Commit(ctx)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+	}
+	return mapErr(op, "", "", err, true)
 }

@@ -1,6 +1,8 @@
 package storagetest
 
 import (
+	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -201,9 +203,10 @@ func testCRUD(t *testing.T, open Opener) {
 	}
 }
 
+// errorsIs reports whether err is a *storage.Error of the target kind.
 func errorsIs(err, target error) bool {
 	var se *storage.Error
-	return err != nil && asErr(err, &se) && isErr(err, target)
+	return errors.As(err, &se) && errors.Is(err, target)
 }
 
 func testConditions(t *testing.T, open Opener) {
@@ -289,7 +292,7 @@ func testConditions(t *testing.T, open Opener) {
 			if err != nil || !m.Equal(i64(int64(i)+1)) {
 				t.Errorf("put If(%s %v %v): err %v, mark %v; want the write", c.expr.Column, c.expr.Op, c.expr.Value, err, m)
 			}
-		} else if !isErr(err, storage.ErrConditionNotMet) || !m.Equal(i64(0)) {
+		} else if !errors.Is(err, storage.ErrConditionNotMet) || !m.Equal(i64(0)) {
 			t.Errorf("put If(%s %v %v): err %v, mark %v; want ErrConditionNotMet and no write", c.expr.Column, c.expr.Op, c.expr.Value, err, m)
 		}
 		e.put(tb, V{"id": i64(100)}, V{"seq": i64(0)}, base)
@@ -298,7 +301,7 @@ func testConditions(t *testing.T, open Opener) {
 		if c.met && (err != nil || exists) {
 			t.Errorf("delete If(%s %v %v): err %v, exists %v; want the delete", c.expr.Column, c.expr.Op, c.expr.Value, err, exists)
 		}
-		if !c.met && (!isErr(err, storage.ErrConditionNotMet) || !exists) {
+		if !c.met && (!errors.Is(err, storage.ErrConditionNotMet) || !exists) {
 			t.Errorf("delete If(%s %v %v): err %v, exists %v; want ErrConditionNotMet and the row kept", c.expr.Column, c.expr.Op, c.expr.Value, err, exists)
 		}
 	}
@@ -322,12 +325,12 @@ func testConditions(t *testing.T, open Opener) {
 		expr   storage.Expr
 		met    bool
 	}{
-		{nan(), storage.Eq("d", storage.Double(nan())), true},
-		{nan(), storage.Gt("d", storage.Double(inf(1))), true},
-		{nan(), storage.Ne("d", storage.Double(nan())), false},
-		{inf(1), storage.Lt("d", storage.Double(nan())), true},
-		{inf(-1), storage.Lt("d", storage.Double(-1e308)), true},
-		{negZero(), storage.Eq("d", storage.Double(0)), true},
+		{math.NaN(), storage.Eq("d", storage.Double(math.NaN())), true},
+		{math.NaN(), storage.Gt("d", storage.Double(math.Inf(1))), true},
+		{math.NaN(), storage.Ne("d", storage.Double(math.NaN())), false},
+		{math.Inf(1), storage.Lt("d", storage.Double(math.NaN())), true},
+		{math.Inf(-1), storage.Lt("d", storage.Double(-1e308)), true},
+		{math.Copysign(0, -1), storage.Eq("d", storage.Double(0)), true},
 	} {
 		e.put(tb, V{"id": i64(300)}, V{"seq": i64(0)}, V{"d": storage.Double(c.stored), "mark": i64(0)})
 		err := putC(300, storage.If(c.expr), V{"mark": i64(1)})

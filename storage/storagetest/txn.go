@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/kiroku-db/kiroku/storage"
@@ -51,7 +52,7 @@ func testTxn(t *testing.T, open Opener) {
 	if _, ok, _ := tx.Get(e.ctx, g(30)); ok {
 		t.Fatal("own delete not visible")
 	}
-	if got := scanTx(tx); !equalInts(got, []int64{10, 15, 21}) {
+	if got := scanTx(tx); !slices.Equal(got, []int64{10, 15, 21}) {
 		t.Fatalf("scan in txn = %v, want [10 15 21]", got)
 	}
 	if _, ok := e.get(tb, p, seq(15)); ok {
@@ -93,7 +94,7 @@ func testTxn(t *testing.T, open Opener) {
 	e.is(tx.Delete(e.ctx, del), storage.ErrConditionNotMet)
 	e.ok(tx.Put(e.ctx, pt(40, 40)))
 	e.ok(tx.Commit(e.ctx))
-	if got := e.scan(sc); !equalInts(ints(got), []int64{1000, 15, 21, 40}) {
+	if got := e.scan(sc); !slices.Equal(ints(got), []int64{1000, 15, 21, 40}) {
 		t.Fatalf("after conditional txn: %v", ints(got))
 	}
 
@@ -109,7 +110,7 @@ func testTxn(t *testing.T, open Opener) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Update returned %v, want boom", err)
 	}
-	if got := e.scan(sc); !equalInts(ints(got), []int64{1000, 15, 21, 40, 50}) {
+	if got := e.scan(sc); !slices.Equal(ints(got), []int64{1000, 15, 21, 40, 50}) {
 		t.Fatalf("after Update: %v", ints(got))
 	}
 }
@@ -120,16 +121,4 @@ func ints(rows []storage.Row) []int64 {
 		out = append(out, r["i"].AsBigInt())
 	}
 	return out
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -42,7 +42,7 @@ func testTypes(t *testing.T, open Opener) {
 	}
 	// Doubles: NaN, infinities, extremes, negative zero.
 	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.MaxFloat64,
-		math.SmallestNonzeroFloat64, 0.1, negZero()} {
+		math.SmallestNonzeroFloat64, 0.1, math.Copysign(0, -1)} {
 		roundTrip("d", storage.Double(v))
 	}
 	e.put(tb, p, c, V{"d": storage.Double(math.NaN())})

@@ -1,0 +1,230 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kiroku-db/kiroku/internal/testenv"
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/postgres"
+)
+
+// proxy forwards TCP connections to PostgreSQL until cut, when it closes
+// every connection and stops listening: the network failing under a client.
+type proxy struct {
+	ln     net.Listener
+	target string
+	// dropReplies, once set, makes the proxy cut a connection at the first
+	// bytes the server sends on it, instead of forwarding them: a request
+	// reaches the server, its answer never reaches the client.
+	dropReplies atomic.Bool
+	mu          sync.Mutex
+	conns       []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() {
+				defer c.Close()
+				defer s.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 && p.dropReplies.Load() {
+						return
+					}
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *proxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// withHost returns dsn (a URL) pointing at addr.
+func withHost(t *testing.T, dsn, addr string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Host == "" {
+		t.Fatalf("this test needs a URL DSN, got %q", dsn)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+func TestConnectionErrorsAreTyped(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	ctx := context.Background()
+
+	// Nothing listening: Open fails with a retryable ErrUnavailable.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	_, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, dead)})
+	if !errors.Is(err, storage.ErrUnavailable) || !storage.IsRetryable(err) {
+		t.Fatalf("Open of a dead address: %v, want retryable ErrUnavailable", err)
+	}
+
+	const ns = "conntest"
+	direct := open(t)
+	t.Cleanup(func() {
+		clean := open(t)
+		defer clean.Close()
+		_ = clean.DropTable(context.Background(), ns, "t")
+		_ = clean.DropNamespace(context.Background(), ns)
+	})
+	_ = direct.DropTable(ctx, ns, "t")
+	_ = direct.DropNamespace(ctx, ns)
+	if err := direct.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	tb := &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
+	if err := direct.CreateTable(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+
+	u, _ := url.Parse(dsn)
+	p := newProxy(t, u.Host)
+	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	put := func(k, v int64) *storage.Put {
+		return &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(v)}}
+	}
+	get := &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}}
+	if err := b.Put(ctx, put(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put(ctx, put(2, 2)); err != nil {
+		t.Fatal(err)
+	}
+
+	p.cut()
+
+	// A transaction cut before its commit: the commit fails with a typed
+	// error, and (checked below) nothing of it is visible.
+	err = tx.Commit(ctx)
+	t.Logf("commit over a cut connection: %v", err)
+	if !errors.Is(err, storage.ErrUnavailable) && !errors.Is(err, storage.ErrCommitUnknown) {
+		t.Fatalf("Commit over a cut connection: %v, want ErrUnavailable or ErrCommitUnknown", err)
+	}
+	_, _, err = b.Get(ctx, get)
+	t.Logf("get over a cut connection: %v", err)
+	if !errors.Is(err, storage.ErrUnavailable) || !storage.IsRetryable(err) {
+		t.Fatalf("Get over a cut connection: %v, want retryable ErrUnavailable", err)
+	}
+	if _, err := b.Begin(ctx); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("Begin over a cut connection: %v, want ErrUnavailable", err)
+	}
+	if err := b.Put(ctx, put(3, 3)); !errors.Is(err, storage.ErrUnavailable) && !errors.Is(err, storage.ErrCommitUnknown) {
+		t.Fatalf("Put over a cut connection: %v, want ErrUnavailable or ErrCommitUnknown", err)
+	}
+	if _, err := b.Scan(ctx, &storage.Scan{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}}); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("Scan over a cut connection: %v, want ErrUnavailable", err)
+	}
+	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(2)}}); err != nil || ok {
+		t.Fatalf("the cut transaction's write is visible (ok=%v, err=%v)", ok, err)
+	}
+	if err := direct.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := direct.Get(ctx, get); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCommitOutcomeUnknown loses the server's answer to COMMIT: the commit
+// happened, but the client cannot know, so it must get ErrCommitUnknown —
+// which Update does not retry — and never ErrConflict or ErrUnavailable,
+// which would invite a retry that applies the work twice.
+func TestCommitOutcomeUnknown(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	ctx := context.Background()
+	const ns = "commitunknown"
+	direct := open(t)
+	defer direct.Close()
+	_ = direct.DropTable(ctx, ns, "t")
+	_ = direct.DropNamespace(ctx, ns)
+	if err := direct.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	tb := &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}}}
+	if err := direct.CreateTable(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = direct.DropTable(context.Background(), ns, "t")
+		_ = direct.DropNamespace(context.Background(), ns)
+	}()
+	u, _ := url.Parse(dsn)
+	p := newProxy(t, u.Host)
+	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	p.dropReplies.Store(true)
+	err = tx.Commit(ctx)
+	t.Logf("commit whose reply was lost: %v", err)
+	if !errors.Is(err, storage.ErrCommitUnknown) || storage.IsRetryable(err) {
+		t.Fatalf("Commit whose reply was lost: %v, want ErrCommitUnknown (not retryable)", err)
+	}
+	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}}); err != nil || !ok {
+		t.Fatalf("the commit did happen, yet the row is not there (ok=%v, err=%v)", ok, err)
+	}
+}
