@@ -26,6 +26,10 @@ ensure_installed() {
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
+  # Debian's package would otherwise create and start a default cluster on
+  # port 5432, which nothing here uses.
+  $sudo mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.d/kiroku.conf >/dev/null
   $sudo apt-get update -qq >&2
   $sudo apt-get install -y -qq postgresql >&2
   pg_bindir >/dev/null || { log "PostgreSQL installation failed"; exit 1; }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kiroku-db/kiroku/internal/testenv"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := rootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "kiroku "+version) {
+		t.Fatalf("kiroku version: %q, %v", out, err)
+	}
+	if _, err := run(t, "version", "extra"); err == nil {
+		t.Fatal("kiroku version with an argument must fail")
+	}
+}
+
+func TestBenchStorageBadFlags(t *testing.T) {
+	if _, err := run(t, "bench", "storage", "--backend", "nope", "--dsn", "x"); err == nil || !strings.Contains(err.Error(), "unknown backend") {
+		t.Fatalf("unknown backend: %v", err)
+	}
+	if _, err := run(t, "bench", "storage", "--accounts", "1", "--dsn", "postgres://127.0.0.1:1/x"); err == nil {
+		t.Fatal("an unreachable server must fail")
+	}
+}
+
+// TestBenchStorageRuns runs a tiny bench storage against the test server:
+// it checks the command works end to end and reports sane figures, not how
+// fast anything is.
+func TestBenchStorageRuns(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	out, err := run(t, "bench", "storage", "--dsn", dsn, "--ops", "20", "--accounts", "20", "--workers", "4",
+		"--duration", "300ms", "--runs", "1", "--json")
+	if err != nil {
+		t.Fatalf("bench storage: %v\n%s", err, out)
+	}
+	var res struct {
+		Median []struct {
+			Target string
+			Put    struct{ Ops int }
+			Bank   struct{ Committed int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(res.Median) != 2 {
+		t.Fatalf("want kiroku and a baseline, got %+v", res.Median)
+	}
+	for _, r := range res.Median {
+		if r.Put.Ops != 20 || r.Bank.Committed == 0 {
+			t.Fatalf("%s: %+v", r.Target, r)
+		}
+	}
+}
