@@ -21,9 +21,9 @@ func namespaceExists(ctx context.Context, q pgx.Tx, name string) (bool, error) {
 	return n > 0, err
 }
 
-// CreateNamespace implements storage.Admin.
-func (b *Backend) CreateNamespace(ctx context.Context, name string) error {
-	const op = "create namespace"
+// namespaceDDL checks the name, then runs fn under the DDL lock with
+// whether the namespace exists.
+func (b *Backend) namespaceDDL(ctx context.Context, op, name string, fn func(tx pgx.Tx, exists bool) error) error {
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
@@ -35,7 +35,15 @@ func (b *Backend) CreateNamespace(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if ok {
+		return fn(tx, ok)
+	})
+}
+
+// CreateNamespace implements storage.Admin.
+func (b *Backend) CreateNamespace(ctx context.Context, name string) error {
+	const op = "create namespace"
+	return b.namespaceDDL(ctx, op, name, func(tx pgx.Tx, exists bool) error {
+		if exists {
 			return &storage.Error{Kind: storage.ErrNamespaceExists, Op: op, Namespace: name}
 		}
 		var other int
@@ -49,7 +57,7 @@ func (b *Backend) CreateNamespace(ctx context.Context, name string) error {
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+ident(name)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO kiroku_meta.namespaces (name) VALUES ($1)`, name)
+		_, err := tx.Exec(ctx, `INSERT INTO kiroku_meta.namespaces (name) VALUES ($1)`, name)
 		return err
 	})
 }
@@ -57,18 +65,8 @@ func (b *Backend) CreateNamespace(ctx context.Context, name string) error {
 // DropNamespace implements storage.Admin.
 func (b *Backend) DropNamespace(ctx context.Context, name string) error {
 	const op = "drop namespace"
-	if err := b.checkOpen(op); err != nil {
-		return err
-	}
-	if err := storage.CheckNamespaceName(name); err != nil {
-		return withOp(err, op)
-	}
-	return b.inTx(ctx, op, func(tx pgx.Tx) error {
-		ok, err := namespaceExists(ctx, tx, name)
-		if err != nil {
-			return err
-		}
-		if !ok {
+	return b.namespaceDDL(ctx, op, name, func(tx pgx.Tx, exists bool) error {
+		if !exists {
 			return &storage.Error{Kind: storage.ErrNamespaceNotFound, Op: op, Namespace: name}
 		}
 		var n int
@@ -82,7 +80,7 @@ func (b *Backend) DropNamespace(ctx context.Context, name string) error {
 		if _, err := tx.Exec(ctx, "DROP SCHEMA "+ident(name)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM kiroku_meta.namespaces WHERE name = $1`, name)
+		_, err := tx.Exec(ctx, `DELETE FROM kiroku_meta.namespaces WHERE name = $1`, name)
 		return err
 	})
 }

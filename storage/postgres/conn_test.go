@@ -93,6 +93,42 @@ func withHost(t *testing.T, dsn, addr string) string {
 	return u.String()
 }
 
+// viaProxy creates namespace ns with a table t (k BIGINT, v BIGINT) and
+// returns a backend connected directly, one connected through a proxy that
+// the test can cut, and the proxy.
+func viaProxy(t *testing.T, ns string) (direct, proxied storage.Backend, p *proxy) {
+	t.Helper()
+	dsn := testenv.PostgresDSN(t)
+	ctx := context.Background()
+	direct = open(t)
+	t.Cleanup(func() {
+		// A fresh backend: the test may have closed the direct one.
+		clean := open(t)
+		defer clean.Close()
+		_ = clean.DropTable(context.Background(), ns, "t")
+		_ = clean.DropNamespace(context.Background(), ns)
+		direct.Close()
+	})
+	_ = direct.DropTable(ctx, ns, "t")
+	_ = direct.DropNamespace(ctx, ns)
+	if err := direct.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	tb := &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
+	if err := direct.CreateTable(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(dsn)
+	p = newProxy(t, u.Host)
+	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return direct, b, p
+}
+
 func TestConnectionErrorsAreTyped(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
 	ctx := context.Background()
@@ -107,31 +143,7 @@ func TestConnectionErrorsAreTyped(t *testing.T) {
 	}
 
 	const ns = "conntest"
-	direct := open(t)
-	t.Cleanup(func() {
-		clean := open(t)
-		defer clean.Close()
-		_ = clean.DropTable(context.Background(), ns, "t")
-		_ = clean.DropNamespace(context.Background(), ns)
-	})
-	_ = direct.DropTable(ctx, ns, "t")
-	_ = direct.DropNamespace(ctx, ns)
-	if err := direct.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	tb := &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
-	if err := direct.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
-
-	u, _ := url.Parse(dsn)
-	p := newProxy(t, u.Host)
-	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	direct, b, p := viaProxy(t, ns)
 	put := func(k, v int64) *storage.Put {
 		return &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(v)}}
 	}
@@ -186,31 +198,9 @@ func TestConnectionErrorsAreTyped(t *testing.T) {
 // which Update does not retry — and never ErrConflict or ErrUnavailable,
 // which would invite a retry that applies the work twice.
 func TestCommitOutcomeUnknown(t *testing.T) {
-	dsn := testenv.PostgresDSN(t)
 	ctx := context.Background()
 	const ns = "commitunknown"
-	direct := open(t)
-	defer direct.Close()
-	_ = direct.DropTable(ctx, ns, "t")
-	_ = direct.DropNamespace(ctx, ns)
-	if err := direct.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	tb := &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}}}
-	if err := direct.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = direct.DropTable(context.Background(), ns, "t")
-		_ = direct.DropNamespace(context.Background(), ns)
-	}()
-	u, _ := url.Parse(dsn)
-	p := newProxy(t, u.Host)
-	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	direct, b, p := viaProxy(t, ns)
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
