@@ -213,12 +213,20 @@ func (p RetryPolicy) Sleep(ctx context.Context, failure int) error {
 	}
 }
 
-func updateOnce(ctx context.Context, db Beginner, fn func(Txn) error) error {
+func updateOnce(ctx context.Context, db Beginner, fn func(Txn) error) (err error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	finished := false
+	defer func() {
+		if !finished { // fn panicked: do not leave the transaction open
+			_ = tx.Abort(context.WithoutCancel(ctx))
+		}
+	}()
+	err = fn(tx)
+	finished = true
+	if err != nil {
 		if aerr := tx.Abort(ctx); aerr != nil && !errors.Is(aerr, ErrTxnDone) && !IsRetryable(err) {
 			return errors.Join(err, aerr)
 		}

@@ -58,6 +58,8 @@
 //   - One value is at most Limits.MaxValueSize bytes: 4 MiB by default,
 //     256 MiB at most. Large evidence files belong in the geo blob layer,
 //     with only their hash in a table.
+//   - One Put (its key and the values it sets) is at most
+//     Limits.MaxWriteSize bytes: 16 MiB by default, 512 MiB at most.
 //
 // # Backends
 //

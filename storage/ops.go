@@ -176,6 +176,10 @@ type Limits struct {
 	// MaxValueSize is the largest size, in bytes, of one value column.
 	// 0 means DefaultMaxValueSize.
 	MaxValueSize int
+	// MaxWriteSize is the largest total size, in bytes, of one Put: its key
+	// and every value it sets. 0 means DefaultMaxWriteSize. At most
+	// HardMaxWriteSize, well under PostgreSQL's 1 GiB message limit.
+	MaxWriteSize int
 }
 
 const (
@@ -183,6 +187,8 @@ const (
 	HardMaxKeySize      = 2048
 	DefaultMaxValueSize = 4 << 20
 	HardMaxValueSize    = 256 << 20
+	DefaultMaxWriteSize = 16 << 20
+	HardMaxWriteSize    = 512 << 20
 )
 
 // WithDefaults fills zero fields and validates the rest.
@@ -193,11 +199,17 @@ func (l Limits) WithDefaults() (Limits, error) {
 	if l.MaxValueSize == 0 {
 		l.MaxValueSize = DefaultMaxValueSize
 	}
+	if l.MaxWriteSize == 0 {
+		l.MaxWriteSize = max(DefaultMaxWriteSize, l.MaxValueSize)
+	}
 	if l.MaxKeySize < 0 || l.MaxKeySize > HardMaxKeySize {
 		return l, fmt.Errorf("storage: MaxKeySize %d outside 1..%d", l.MaxKeySize, HardMaxKeySize)
 	}
 	if l.MaxValueSize < 0 || l.MaxValueSize > HardMaxValueSize {
 		return l, fmt.Errorf("storage: MaxValueSize %d outside 1..%d", l.MaxValueSize, HardMaxValueSize)
+	}
+	if l.MaxWriteSize < l.MaxValueSize || l.MaxWriteSize > HardMaxWriteSize {
+		return l, fmt.Errorf("storage: MaxWriteSize %d outside MaxValueSize..%d", l.MaxWriteSize, HardMaxWriteSize)
 	}
 	return l, nil
 }
@@ -435,7 +447,15 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 	if err := t.CheckKey(op, p.Partition, p.Clustering, lim); err != nil {
 		return err
 	}
+	total := 0
+	for _, v := range p.Partition {
+		total += v.Size()
+	}
+	for _, v := range p.Clustering {
+		total += v.Size()
+	}
 	for _, name := range sortedNames(p.Values) {
+		total += p.Values[name].Size()
 		typ, role, ok := t.Lookup(name)
 		if !ok {
 			return t.fail(ErrUnknownColumn, op, name, "")
@@ -446,6 +466,9 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 		if err := t.checkValue(op, name, typ, p.Values[name], lim); err != nil {
 			return err
 		}
+	}
+	if total > lim.MaxWriteSize {
+		return t.fail(ErrTooLarge, op, "", fmt.Sprintf("put of %d bytes, limit %d", total, lim.MaxWriteSize))
 	}
 	return t.checkCondition(op, p.Condition, lim)
 }

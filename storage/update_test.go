@@ -96,3 +96,14 @@ func TestBackoffCeiling(t *testing.T) {
 		}
 	}
 }
+
+func TestUpdateAbortsOnPanic(t *testing.T) {
+	db := &scriptedDB{commits: []error{nil}}
+	func() {
+		defer func() { _ = recover() }()
+		_ = Update(context.Background(), db, func(Txn) error { panic("contract bug") })
+	}()
+	if db.aborted != 1 {
+		t.Fatalf("a panicking fn left the transaction open (aborted %d)", db.aborted)
+	}
+}

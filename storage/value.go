@@ -87,6 +87,14 @@ func Blob(b []byte) Value    { return Value{typ: TypeBlob, s: string(b)} }
 // precision every backend stores; times outside [MinTimestamp, MaxTimestamp]
 // are rejected with ErrInvalidValue when the value is written.
 func Timestamp(t time.Time) Value {
+	// UnixMicro wraps around far outside the range; clamp first so such a
+	// time stays out of range (and is rejected) instead of becoming 1969.
+	switch {
+	case t.Before(MinTimestamp):
+		return Value{typ: TypeTimestamp, i: math.MinInt64}
+	case t.After(MaxTimestamp):
+		return Value{typ: TypeTimestamp, i: math.MaxInt64}
+	}
 	return Value{typ: TypeTimestamp, i: t.Truncate(time.Microsecond).UnixMicro()}
 }
 

@@ -71,7 +71,9 @@ func TestValueBasics(t *testing.T) {
 		v   Value
 		bad bool
 	}{{Text("ok"), false}, {Text("\xff"), true}, {Text("a\x00"), true}, {Blob([]byte{0xff, 0}), false},
-		{TimestampMicros(MaxTimestamp.UnixMicro() + 1), true}, {TimestampMicros(MinTimestamp.UnixMicro() - 1), true}} {
+		{TimestampMicros(MaxTimestamp.UnixMicro() + 1), true}, {TimestampMicros(MinTimestamp.UnixMicro() - 1), true},
+		{Timestamp(time.Date(586524, 1, 1, 0, 0, 0, 0, time.UTC)), true}, {Timestamp(time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC)), true},
+		{Timestamp(MaxTimestamp), false}, {Timestamp(MinTimestamp), false}} {
 		if (c.v.checkContent() != "") != c.bad {
 			t.Errorf("checkContent(%v) = %q, want bad=%v", c.v, c.v.checkContent(), c.bad)
 		}

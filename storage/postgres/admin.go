@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,7 +102,7 @@ func (b *Backend) ListTables(ctx context.Context, namespace string) ([]string, e
 	if err != nil || len(names) > 0 {
 		return names, err
 	}
-	if err := b.requireNamespace(ctx, op, namespace); err != nil {
+	if err := b.requireNamespace(ctx, b.pool, op, namespace); err != nil {
 		return nil, err
 	}
 	return []string{}, nil
@@ -124,9 +126,12 @@ func (b *Backend) listNames(ctx context.Context, op, q string, args ...any) ([]s
 	return names, nil
 }
 
-func (b *Backend) requireNamespace(ctx context.Context, op, namespace string) error {
+func (b *Backend) requireNamespace(ctx context.Context, q querier, op, namespace string) error {
 	var n int
-	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM kiroku_meta.namespaces WHERE name = $1`, namespace).Scan(&n)
+	rows, err := q.Query(ctx, `SELECT count(*) FROM kiroku_meta.namespaces WHERE name = $1`, namespace)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&n}, func() error { return nil })
+	}
 	if err != nil {
 		return mapErr(op, namespace, "", err, false)
 	}
@@ -153,6 +158,9 @@ func (b *Backend) CreateTable(ctx context.Context, t *storage.Table) error {
 	if err != nil {
 		return err
 	}
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	rt := &relTable{Table: t, rel: t.Name + "$" + hex.EncodeToString(tag[:])}
 	err = b.inTx(ctx, op, func(tx pgx.Tx) error {
 		ok, err := namespaceExists(ctx, tx, t.Namespace)
 		if err != nil {
@@ -169,17 +177,17 @@ func (b *Backend) CreateTable(ctx context.Context, t *storage.Table) error {
 		if n > 0 {
 			return &storage.Error{Kind: storage.ErrTableExists, Op: op, Namespace: t.Namespace, Table: t.Name}
 		}
-		for _, q := range createTableSQL(t) {
+		for _, q := range createTableSQL(rt) {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return err
 			}
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO kiroku_meta.tables (namespace, name, definition) VALUES ($1, $2, $3)`,
-			t.Namespace, t.Name, def)
+		_, err = tx.Exec(ctx, `INSERT INTO kiroku_meta.tables (namespace, name, relation, definition) VALUES ($1, $2, $3, $4)`,
+			t.Namespace, t.Name, rt.rel, def)
 		return err
 	})
 	if err == nil {
-		b.cache(t)
+		b.cache(rt)
 	}
 	return err
 }
@@ -195,11 +203,10 @@ func (b *Backend) DropTable(ctx context.Context, namespace, table string) error 
 	}
 	defer b.uncache(namespace, table)
 	return b.inTx(ctx, op, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM kiroku_meta.tables WHERE namespace = $1 AND name = $2`, namespace, table)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
+		var rel string
+		err := tx.QueryRow(ctx, `DELETE FROM kiroku_meta.tables WHERE namespace = $1 AND name = $2 RETURNING relation`,
+			namespace, table).Scan(&rel)
+		if errors.Is(err, pgx.ErrNoRows) {
 			ok, err := namespaceExists(ctx, tx, namespace)
 			if err != nil {
 				return err
@@ -210,7 +217,10 @@ func (b *Backend) DropTable(ctx context.Context, namespace, table string) error 
 			}
 			return &storage.Error{Kind: kind, Op: op, Namespace: namespace, Table: table}
 		}
-		_, err = tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{namespace, table}.Sanitize())
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{namespace, rel}.Sanitize())
 		return err
 	})
 }
@@ -221,7 +231,7 @@ func (b *Backend) DescribeTable(ctx context.Context, namespace, table string) (*
 	if err != nil {
 		return nil, err
 	}
-	return t.Clone(), nil
+	return t.Table.Clone(), nil
 }
 
 func checkNames(namespace, table string) error {
@@ -241,8 +251,16 @@ func withOp(err error, op string) error {
 
 // table returns a table's schema, from the cache or the metadata table.
 // The cache is filled on first use and by this process's DDL; a table
-// dropped by another process is noticed when PostgreSQL reports it missing.
-func (b *Backend) table(ctx context.Context, op, namespace, table string) (*storage.Table, error) {
+// dropped or replaced by another process is noticed when PostgreSQL reports
+// its relation missing (see relTable).
+func (b *Backend) table(ctx context.Context, op, namespace, table string) (*relTable, error) {
+	return b.tableVia(ctx, b.pool, op, namespace, table)
+}
+
+// tableVia is table with the metadata read through q: a transaction looks
+// schemas up on its own connection, so a pool of one connection cannot
+// deadlock.
+func (b *Backend) tableVia(ctx context.Context, q querier, op, namespace, table string) (*relTable, error) {
 	if err := b.checkOpen(op); err != nil {
 		return nil, err
 	}
@@ -257,10 +275,14 @@ func (b *Backend) table(ctx context.Context, op, namespace, table string) (*stor
 		return nil, withOp(err, op)
 	}
 	var def []byte
-	err := b.pool.QueryRow(ctx, `SELECT definition FROM kiroku_meta.tables WHERE namespace = $1 AND name = $2`,
-		namespace, table).Scan(&def)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if err := b.requireNamespace(ctx, op, namespace); err != nil {
+	var rel string
+	rows, err := q.Query(ctx, `SELECT definition, relation FROM kiroku_meta.tables WHERE namespace = $1 AND name = $2`,
+		namespace, table)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&def, &rel}, func() error { return nil })
+	}
+	if err == nil && def == nil {
+		if err := b.requireNamespace(ctx, q, op, namespace); err != nil {
 			return nil, err
 		}
 		return nil, &storage.Error{Kind: storage.ErrTableNotFound, Op: op, Namespace: namespace, Table: table}
@@ -268,18 +290,19 @@ func (b *Backend) table(ctx context.Context, op, namespace, table string) (*stor
 	if err != nil {
 		return nil, mapErr(op, namespace, table, err, false)
 	}
-	t = new(storage.Table)
-	if err := json.Unmarshal(def, t); err != nil {
+	schema := new(storage.Table)
+	if err := json.Unmarshal(def, schema); err != nil {
 		return nil, fmt.Errorf("storage: %s %s: corrupt schema in kiroku_meta.tables: %w", op, key, err)
 	}
-	if err := t.Validate(); err != nil {
+	if err := schema.Validate(); err != nil {
 		return nil, fmt.Errorf("storage: %s %s: invalid schema in kiroku_meta.tables: %w", op, key, err)
 	}
+	t = &relTable{Table: schema, rel: rel}
 	b.cache(t)
 	return t, nil
 }
 
-func (b *Backend) cache(t *storage.Table) {
+func (b *Backend) cache(t *relTable) {
 	b.mu.Lock()
 	b.mu.tables[t.Namespace+"."+t.Name] = t
 	b.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
@@ -24,8 +25,10 @@ type proxy struct {
 	// bytes the server sends on it, instead of forwarding them: a request
 	// reaches the server, its answer never reaches the client.
 	dropReplies atomic.Bool
-	mu          sync.Mutex
-	conns       []net.Conn
+	// delay holds back every reply from the server by this long.
+	delay atomic.Int64 // time.Duration
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -58,6 +61,7 @@ func newProxy(t *testing.T, target string) *proxy {
 					if n > 0 && p.dropReplies.Load() {
 						return
 					}
+					time.Sleep(time.Duration(p.delay.Load()))
 					if n > 0 {
 						if _, werr := c.Write(buf[:n]); werr != nil {
 							return
@@ -96,7 +100,7 @@ func withHost(t *testing.T, dsn, addr string) string {
 // viaProxy creates namespace ns with a table t (k BIGINT, v BIGINT) and
 // returns a backend connected directly, one connected through a proxy that
 // the test can cut, and the proxy.
-func viaProxy(t *testing.T, ns string) (direct, proxied storage.Backend, p *proxy) {
+func viaProxy(t *testing.T, ns string, maxConns int32) (direct, proxied storage.Backend, p *proxy) {
 	t.Helper()
 	dsn := testenv.PostgresDSN(t)
 	ctx := context.Background()
@@ -121,7 +125,7 @@ func viaProxy(t *testing.T, ns string) (direct, proxied storage.Backend, p *prox
 	}
 	u, _ := url.Parse(dsn)
 	p = newProxy(t, u.Host)
-	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String())})
+	b, err := postgres.Open(ctx, postgres.Config{DSN: withHost(t, dsn, p.ln.Addr().String()), MaxConns: maxConns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +147,7 @@ func TestConnectionErrorsAreTyped(t *testing.T) {
 	}
 
 	const ns = "conntest"
-	direct, b, p := viaProxy(t, ns)
+	direct, b, p := viaProxy(t, ns, 0)
 	put := func(k, v int64) *storage.Put {
 		return &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(v)}}
 	}
@@ -200,7 +204,7 @@ func TestConnectionErrorsAreTyped(t *testing.T) {
 func TestCommitOutcomeUnknown(t *testing.T) {
 	ctx := context.Background()
 	const ns = "commitunknown"
-	direct, b, p := viaProxy(t, ns)
+	direct, b, p := viaProxy(t, ns, 0)
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -216,5 +220,83 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	}
 	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}}); err != nil || !ok {
 		t.Fatalf("the commit did happen, yet the row is not there (ok=%v, err=%v)", ok, err)
+	}
+}
+
+// TestCommitDeadline: the caller's deadline expires while the server is
+// still answering COMMIT (or an autocommitted write). The write happens; the
+// caller must be told the outcome is unknown, not merely that its context
+// ended. The proxied backend has one connection, on which the write's
+// statement is already prepared, so the delayed reply is the execution's.
+func TestCommitDeadline(t *testing.T) {
+	const ns = "commitdeadline"
+	direct, b, p := viaProxy(t, ns, 1)
+	ctx := context.Background()
+	key := func(k int64) storage.Values { return storage.Values{"k": storage.BigInt(k)} }
+	put := func(k, v int64) *storage.Put {
+		return &storage.Put{Namespace: ns, Table: "t", Partition: key(k), Values: storage.Values{"v": storage.BigInt(v)}}
+	}
+	value := func(k int64) (int64, bool) {
+		t.Helper()
+		row, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: key(k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return 0, false
+		}
+		return row["v"].AsBigInt(), true
+	}
+	slow := func(f func(context.Context) error) error {
+		p.delay.Store(int64(300 * time.Millisecond))
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		err := f(short)
+		p.delay.Store(0)
+		time.Sleep(400 * time.Millisecond) // let the delayed reply drain
+		return err
+	}
+
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put(ctx, put(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	err = slow(tx.Commit)
+	if !errors.Is(err, storage.ErrCommitUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("commit: %v, want ErrCommitUnknown wrapping the deadline", err)
+	}
+	if v, ok := value(0); !ok || v != 1 {
+		t.Fatalf("the commit did happen, yet the row is %v, %v", v, ok)
+	}
+
+	if err := b.Put(ctx, put(1, 1)); err != nil { // prepares the statement
+		t.Fatal(err)
+	}
+	err = slow(func(c context.Context) error { return b.Put(c, put(1, 2)) })
+	if !errors.Is(err, storage.ErrCommitUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("autocommitted put: %v, want ErrCommitUnknown wrapping the deadline", err)
+	}
+	if v, _ := value(1); v != 2 {
+		t.Fatalf("the put did happen, yet the value is %d", v)
+	}
+
+	// A context that ended before Commit sends nothing: a plain context error.
+	tx, err = b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put(ctx, put(9, 9)); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := tx.Commit(done); errors.Is(err, storage.ErrCommitUnknown) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("commit with a dead context: %v, want context.Canceled and not ErrCommitUnknown", err)
+	}
+	if _, ok := value(9); ok {
+		t.Fatal("a commit that was never sent took effect")
 	}
 }

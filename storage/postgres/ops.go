@@ -19,15 +19,15 @@ type querier interface {
 
 // mapErr is the package mapErr plus forgetting a cached schema whose table
 // PostgreSQL no longer has.
-func (b *Backend) mapErr(op string, t *storage.Table, err error, mayHaveCommitted bool) error {
-	err = mapErr(op, t.Namespace, t.Name, err, mayHaveCommitted)
-	if errors.Is(err, storage.ErrTableNotFound) || errors.Is(err, storage.ErrNamespaceNotFound) {
+func (b *Backend) mapErr(op string, t *relTable, err error, mayHaveCommitted bool) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
 		b.uncache(t.Namespace, t.Name)
 	}
-	return err
+	return mapErr(op, t.Namespace, t.Name, err, mayHaveCommitted)
 }
 
-func toRow(t *storage.Table, cols []string, vals []any) (storage.Row, error) {
+func toRow(t *relTable, cols []string, vals []any) (storage.Row, error) {
 	row := make(storage.Row, len(cols))
 	for i, name := range cols {
 		typ, _, _ := t.Lookup(name)
@@ -40,7 +40,7 @@ func toRow(t *storage.Table, cols []string, vals []any) (storage.Row, error) {
 	return row, nil
 }
 
-func (b *Backend) get(ctx context.Context, q querier, t *storage.Table, g *storage.Get) (storage.Row, bool, error) {
+func (b *Backend) get(ctx context.Context, q querier, t *relTable, g *storage.Get) (storage.Row, bool, error) {
 	sql, args, cols := getSQL(t, g)
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -58,13 +58,13 @@ func (b *Backend) get(ctx context.Context, q querier, t *storage.Table, g *stora
 	return row, err == nil, err
 }
 
-func condFailed(op string, t *storage.Table, detail string) error {
+func condFailed(op string, t *relTable, detail string) error {
 	return &storage.Error{Kind: storage.ErrConditionNotMet, Op: op, Namespace: t.Namespace, Table: t.Name, Detail: detail}
 }
 
 // put and delete run one statement on q; autocommit says whether it
 // commits on its own (q is the pool) or inside a transaction.
-func (b *Backend) put(ctx context.Context, q querier, autocommit bool, t *storage.Table, p *storage.Put) error {
+func (b *Backend) put(ctx context.Context, q querier, autocommit bool, t *relTable, p *storage.Put) error {
 	sql, args := putSQL(t, p)
 	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
@@ -76,7 +76,7 @@ func (b *Backend) put(ctx context.Context, q querier, autocommit bool, t *storag
 	return nil
 }
 
-func (b *Backend) delete(ctx context.Context, q querier, autocommit bool, t *storage.Table, d *storage.Delete) error {
+func (b *Backend) delete(ctx context.Context, q querier, autocommit bool, t *relTable, d *storage.Delete) error {
 	sql, args := deleteSQL(t, d)
 	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
@@ -88,16 +88,31 @@ func (b *Backend) delete(ctx context.Context, q querier, autocommit bool, t *sto
 	return nil
 }
 
-// Get implements storage.Store.
-func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, found bool, err error) {
-	t, err := b.table(ctx, "get", g.Namespace, g.Table)
+// onConn runs an autocommitted write on a connection of its own. Failing to
+// get one sends nothing (ErrUnavailable, or the context's error); any failure
+// after that may have committed.
+func (b *Backend) onConn(ctx context.Context, op string, t *relTable, fn func(querier) error) error {
+	c, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, err
+		return b.mapErr(op, t, err, false)
 	}
-	if err := t.CheckGet(g, b.limits); err != nil {
-		return nil, false, err
-	}
+	defer c.Release()
+	return fn(c)
+}
+
+// Get implements storage.Store.
+//
+// Single operations look the schema up inside their retry loop, so a table
+// replaced by another process is reloaded and the request checked again.
+func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, found bool, err error) {
 	err = b.retry(ctx, func() error {
+		t, err := b.table(ctx, "get", g.Namespace, g.Table)
+		if err != nil {
+			return err
+		}
+		if err := t.CheckGet(g, b.limits); err != nil {
+			return err
+		}
 		row, found, err = b.get(ctx, b.pool, t, g)
 		return err
 	})
@@ -106,26 +121,30 @@ func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, fou
 
 // Put implements storage.Store.
 func (b *Backend) Put(ctx context.Context, p *storage.Put) error {
-	t, err := b.table(ctx, "put", p.Namespace, p.Table)
-	if err != nil {
-		return err
-	}
-	if err := t.CheckPut(p, b.limits); err != nil {
-		return err
-	}
-	return b.retry(ctx, func() error { return b.put(ctx, b.pool, true, t, p) })
+	return b.retry(ctx, func() error {
+		t, err := b.table(ctx, "put", p.Namespace, p.Table)
+		if err != nil {
+			return err
+		}
+		if err := t.CheckPut(p, b.limits); err != nil {
+			return err
+		}
+		return b.onConn(ctx, "put", t, func(c querier) error { return b.put(ctx, c, true, t, p) })
+	})
 }
 
 // Delete implements storage.Store.
 func (b *Backend) Delete(ctx context.Context, d *storage.Delete) error {
-	t, err := b.table(ctx, "delete", d.Namespace, d.Table)
-	if err != nil {
-		return err
-	}
-	if err := t.CheckDelete(d, b.limits); err != nil {
-		return err
-	}
-	return b.retry(ctx, func() error { return b.delete(ctx, b.pool, true, t, d) })
+	return b.retry(ctx, func() error {
+		t, err := b.table(ctx, "delete", d.Namespace, d.Table)
+		if err != nil {
+			return err
+		}
+		if err := t.CheckDelete(d, b.limits); err != nil {
+			return err
+		}
+		return b.onConn(ctx, "delete", t, func(c querier) error { return b.delete(ctx, c, true, t, d) })
+	})
 }
 
 // Mutate implements storage.Store: the mutations run in one transaction,
@@ -136,16 +155,16 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 	if err != nil {
 		return err
 	}
-	t, err := b.table(ctx, op, ns, name)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if err := t.CheckMutation(m, b.limits); err != nil {
+	return b.retry(ctx, func() error {
+		t, err := b.table(ctx, op, ns, name)
+		if err != nil {
 			return err
 		}
-	}
-	return b.retry(ctx, func() error {
+		for _, m := range ms {
+			if err := t.CheckMutation(m, b.limits); err != nil {
+				return err
+			}
+		}
 		tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: b.iso})
 		if err != nil {
 			return b.mapErr(op, t, err, false)
@@ -189,7 +208,7 @@ func (b *Backend) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, erro
 
 type pgRows struct {
 	b    *Backend
-	t    *storage.Table
+	t    *relTable
 	cols []string
 	rows pgx.Rows
 	cur  storage.Row
@@ -247,11 +266,16 @@ type txn struct {
 	done bool
 }
 
-func (x *txn) table(ctx context.Context, op, ns, name string) (*storage.Table, error) {
+func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error) {
 	if x.done {
 		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
 	}
-	return x.b.table(ctx, op, ns, name)
+	t, err := x.b.tableVia(ctx, x.tx, op, ns, name)
+	if se := (*storage.Error)(nil); err != nil && (!errors.As(err, &se) || se.Cause != nil) {
+		// The lookup itself failed on the server, which aborts the transaction.
+		return nil, x.end(ctx, err)
+	}
+	return t, err
 }
 
 // end finishes the transaction after a server error and returns err.

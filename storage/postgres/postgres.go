@@ -1,13 +1,18 @@
 // Package postgres is the PostgreSQL backend of the storage API.
 //
 // Mapping. A kiroku namespace is a PostgreSQL schema of the same name and a
-// kiroku table is one SQL table in it: key columns are NOT NULL and form the
-// primary key (partition columns, then clustering columns); when a clustering
-// column is DESC an extra index holds the exact clustering order. Types map as
-// BOOLEAN→boolean, BIGINT→bigint, DOUBLE→double precision, TEXT→text
-// COLLATE "C" (byte order, independent of the server's locale), BLOB→bytea,
-// TIMESTAMP→timestamptz. Schemas are kept, as JSON, in the kiroku_meta schema
-// of the same database, so any process attached to it finds them.
+// kiroku table is one SQL table in it, named after the table plus '$' and a
+// tag drawn when it is created (orders$1f3a9c2b), so that a table dropped and
+// created again by another process is a different relation and a stale
+// cached schema is noticed rather than written by. Key columns are NOT NULL
+// and form the primary key (partition columns, then clustering columns); when
+// a clustering column is DESC an extra index holds the exact clustering
+// order. Types map as BOOLEAN→boolean, BIGINT→bigint, DOUBLE→double
+// precision, TEXT→text COLLATE "C" (byte order, independent of the server's
+// locale), BLOB→bytea, TIMESTAMP→timestamptz. Schemas are kept, as JSON, in
+// the kiroku_meta schema of the same database (with a layout version this
+// build checks), so any process attached to it finds them. DDL runs in one
+// PostgreSQL transaction with its metadata, under an advisory lock.
 //
 // Isolation. Every connection runs at SERIALIZABLE (default_transaction_
 // isolation), single statements included. PostgreSQL's serializable snapshot
@@ -93,11 +98,14 @@ type Backend struct {
 
 	mu struct {
 		sync.RWMutex
-		tables map[string]*storage.Table // "ns.table" → schema
+		tables map[string]*relTable // "ns.table" → schema and relation
 	}
 }
 
 var _ storage.Backend = (*Backend)(nil)
+
+// metaVersion is the layout of the kiroku_meta schema this build reads.
+const metaVersion = 1
 
 // metaLock is the advisory lock key that serializes kiroku DDL across processes.
 const metaLock = 0x6b69726f6b75 // "kiroku"
@@ -120,17 +128,30 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	b := &Backend{pool: pool, limits: cfg.Limits, tries: cfg.OpRetries, iso: cfg.isolation}
-	b.mu.tables = map[string]*storage.Table{}
+	b.mu.tables = map[string]*relTable{}
 	err = b.inTx(ctx, "open", func(tx pgx.Tx) error {
 		for _, q := range []string{
 			`CREATE SCHEMA IF NOT EXISTS kiroku_meta`,
+			`CREATE TABLE IF NOT EXISTS kiroku_meta.version (version int NOT NULL)`,
+			`INSERT INTO kiroku_meta.version SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM kiroku_meta.version)`,
 			`CREATE TABLE IF NOT EXISTS kiroku_meta.namespaces (name text COLLATE "C" PRIMARY KEY)`,
 			`CREATE TABLE IF NOT EXISTS kiroku_meta.tables (namespace text COLLATE "C", name text COLLATE "C",
-				definition jsonb NOT NULL, PRIMARY KEY (namespace, name))`,
+				relation text NOT NULL, definition jsonb NOT NULL, PRIMARY KEY (namespace, name))`,
 		} {
-			if _, err := tx.Exec(ctx, q); err != nil {
+			var args []any
+			if strings.Contains(q, "$1") {
+				args = []any{metaVersion}
+			}
+			if _, err := tx.Exec(ctx, q, args...); err != nil {
 				return err
 			}
+		}
+		var v int
+		if err := tx.QueryRow(ctx, `SELECT max(version) FROM kiroku_meta.version`).Scan(&v); err != nil {
+			return err
+		}
+		if v != metaVersion {
+			return fmt.Errorf("postgres: this database holds kiroku metadata version %d; this build reads version %d", v, metaVersion)
 		}
 		return nil
 	})
@@ -209,39 +230,47 @@ func mapErr(op, ns, table string, err error, mayHaveCommitted bool) error {
 	if errors.As(err, &se) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("storage: %s: %w", op, err)
-	}
 	e := &storage.Error{Op: op, Namespace: ns, Table: table, Cause: err}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case pe.Code == "40001" || pe.Code == "40P01":
-			e.Kind = storage.ErrConflict
-		case pe.Code == "42P01":
-			e.Kind = storage.ErrTableNotFound
-		case pe.Code == "3F000":
-			e.Kind = storage.ErrNamespaceNotFound
-		case pe.Code == "54000":
-			e.Kind = storage.ErrTooLarge
-		case strings.HasPrefix(pe.Code, "22"):
-			e.Kind = storage.ErrInvalidValue
-		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P"), pe.Code == "53300":
-			e.Kind = storage.ErrUnavailable
-		default:
-			return fmt.Errorf("storage: %s: postgres: %w", op, err)
-		}
-		return e
-	}
-	if isConnErr(err) {
+	isPg := errors.As(err, &pe)
+	ctxDone := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	// Was the call cut short by something other than the server's verdict
+	// on it: a lost connection, a server shutting down, the caller's context?
+	if ctxDone || isConnErr(err) ||
+		isPg && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300") {
 		var ce *pgconn.ConnectError
-		e.Kind = storage.ErrUnavailable
-		if mayHaveCommitted && !errors.As(err, &ce) {
+		switch {
+		case mayHaveCommitted && !errors.As(err, &ce):
 			e.Kind = storage.ErrCommitUnknown
+		case ctxDone:
+			return fmt.Errorf("storage: %s: %w", op, err)
+		default:
+			e.Kind = storage.ErrUnavailable
 		}
 		return e
 	}
-	return fmt.Errorf("storage: %s: postgres: %w", op, err)
+	if !isPg {
+		return fmt.Errorf("storage: %s: postgres: %w", op, err)
+	}
+	switch {
+	case pe.Code == "40001" || pe.Code == "40P01":
+		e.Kind = storage.ErrConflict
+	case pe.Code == "42P01":
+		// The cached schema names a relation that is gone: another process
+		// dropped (and perhaps recreated) the table. That is a conflict with
+		// its DDL; a retry reloads the schema and judges the request again.
+		e.Kind = storage.ErrConflict
+		e.Detail = "the table was dropped or replaced by another process"
+	case pe.Code == "3F000":
+		e.Kind = storage.ErrNamespaceNotFound
+	case pe.Code == "54000":
+		e.Kind = storage.ErrTooLarge
+	case strings.HasPrefix(pe.Code, "22"):
+		e.Kind = storage.ErrInvalidValue
+	default:
+		return fmt.Errorf("storage: %s: postgres: %w", op, err)
+	}
+	return e
 }
 
 func isConnErr(err error) bool {
@@ -256,6 +285,10 @@ func isConnErr(err error) bool {
 // the transaction cannot have committed: ErrUnavailable. Otherwise a lost
 // connection leaves the outcome unknown.
 func commit(ctx context.Context, op string, tx pgx.Tx) error {
+	if err := ctx.Err(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("storage: %s: not sent: %w", op, err)
+	}
 	if tx.Conn().IsClosed() {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "connection lost before commit; nothing was committed"}

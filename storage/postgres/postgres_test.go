@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -48,14 +49,17 @@ func TestSuiteDetectsWeakIsolation(t *testing.T) {
 	for _, c := range []struct {
 		level  string
 		checks string   // the subtests to run
-		want   []string // what the failures must say
+		want   []string // each subtest's failure, and the anomaly it must name
 	}{
 		// Snapshot isolation: write skew, phantoms, and cycles in the history.
-		{"repeatable read", "WriteSkew|Phantom|History", []string{"--- FAIL: TestSuiteDetectsWeakIsolation/WriteSkew",
-			"--- FAIL: TestSuiteDetectsWeakIsolation/Phantom", "--- FAIL: TestSuiteDetectsWeakIsolation/History"}},
-		// Read committed: lost updates too.
-		{"read committed", "LostUpdate|Bank", []string{"--- FAIL: TestSuiteDetectsWeakIsolation/LostUpdate",
-			"--- FAIL: TestSuiteDetectsWeakIsolation/Bank"}},
+		{"repeatable read", "WriteSkew|Phantom|History", []string{
+			"--- FAIL: TestSuiteDetectsWeakIsolation/WriteSkew", "write skew: both committed",
+			"--- FAIL: TestSuiteDetectsWeakIsolation/Phantom", "phantom: 3 rows in the range",
+			"--- FAIL: TestSuiteDetectsWeakIsolation/History", "history: dependency cycle"}},
+		// Read committed: lost updates and inconsistent reads too.
+		{"read committed", "LostUpdate|Bank", []string{
+			"--- FAIL: TestSuiteDetectsWeakIsolation/LostUpdate", "transactional counter = ",
+			"--- FAIL: TestSuiteDetectsWeakIsolation/Bank", "want 8000"}},
 	} {
 		t.Run(strings.ReplaceAll(c.level, " ", "_"), func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run", "^TestSuiteDetectsWeakIsolation$/^("+c.checks+")$", "-test.v")
@@ -70,5 +74,51 @@ func TestSuiteDetectsWeakIsolation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSchemaReplacedByAnotherProcess: one process caches a table's schema,
+// another drops the table and creates it again with other types. The first
+// must notice, reload the schema and judge its request by the new one.
+func TestSchemaReplacedByAnotherProcess(t *testing.T) {
+	ctx := context.Background()
+	a, b := open(t), open(t)
+	defer a.Close()
+	defer b.Close()
+	const ns = "replaced"
+	_ = a.DropTable(ctx, ns, "t")
+	_ = a.DropNamespace(ctx, ns)
+	if err := a.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.DropTable(ctx, ns, "t"); _ = b.DropNamespace(ctx, ns) }()
+	mk := func(db storage.Backend, typ storage.DataType) {
+		t.Helper()
+		if err := db.CreateTable(ctx, &storage.Table{Namespace: ns, Name: "t",
+			PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+			Columns:      []storage.Column{{Name: "v", Type: typ}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(db storage.Backend, v storage.Value) error {
+		return db.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}, Values: storage.Values{"v": v}})
+	}
+	mk(a, storage.TypeBigInt)
+	if err := put(a, storage.BigInt(1)); err != nil { // a caches v BIGINT
+		t.Fatal(err)
+	}
+	if err := b.DropTable(ctx, ns, "t"); err != nil {
+		t.Fatal(err)
+	}
+	mk(b, storage.TypeText)
+	if err := put(a, storage.BigInt(2)); !errors.Is(err, storage.ErrTypeMismatch) {
+		t.Fatalf("put by the stale schema: %v, want ErrTypeMismatch under the new schema", err)
+	}
+	if err := put(a, storage.Text("two")); err != nil {
+		t.Fatalf("put under the new schema: %v", err)
+	}
+	row, ok, err := b.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}})
+	if err != nil || !ok || row["v"].AsText() != "two" {
+		t.Fatalf("read back: %v %v %v", row, ok, err)
 	}
 }

@@ -18,7 +18,19 @@ import (
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-func tableIdent(t *storage.Table) string { return pgx.Identifier{t.Namespace, t.Name}.Sanitize() }
+// relTable is a table's schema with the name of the SQL relation that holds
+// it: the kiroku name, '$', and an incarnation tag chosen at CREATE TABLE.
+// A table dropped and created again by another process has a new relation,
+// so a stale cached schema meets "undefined table" instead of writing by the
+// old definition (PostgreSQL would silently cast a BIGINT into a new TEXT
+// column, for one). '$' cannot occur in kiroku names, so no relation name
+// collides with another table's.
+type relTable struct {
+	*storage.Table
+	rel string
+}
+
+func tableIdent(t *relTable) string { return pgx.Identifier{t.Namespace, t.rel}.Sanitize() }
 
 func sqlType(t storage.DataType) string {
 	switch t {
@@ -43,7 +55,7 @@ func sqlType(t storage.DataType) string {
 // createTableSQL returns the statements that create t: the table with its
 // primary key, and, when a clustering column is DESC, an index in exactly
 // the clustering order so scans in either direction read it in order.
-func createTableSQL(t *storage.Table) []string {
+func createTableSQL(t *relTable) []string {
 	var cols []string
 	for _, c := range t.PartitionKey {
 		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type)+" NOT NULL")
@@ -55,10 +67,8 @@ func createTableSQL(t *storage.Table) []string {
 		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type))
 	}
 	keys := quoteAll(t.KeyNames())
-	// Constraint and index names use '$', which kiroku names cannot contain,
-	// so they never collide with a kiroku table in the same schema.
 	stmts := []string{fmt.Sprintf("CREATE TABLE %s (%s, CONSTRAINT %s PRIMARY KEY (%s))",
-		tableIdent(t), strings.Join(cols, ", "), ident(t.Name+"$pk"), strings.Join(keys, ", "))}
+		tableIdent(t), strings.Join(cols, ", "), ident(t.rel+"$pk"), strings.Join(keys, ", "))}
 	mixed := false
 	for _, c := range t.ClusteringKey {
 		mixed = mixed || c.Order == storage.Desc
@@ -69,7 +79,7 @@ func createTableSQL(t *storage.Table) []string {
 			idx = append(idx, ident(c.Name)+" "+c.Order.String())
 		}
 		stmts = append(stmts, fmt.Sprintf("CREATE INDEX %s ON %s (%s)",
-			ident(t.Name+"$order"), tableIdent(t), strings.Join(idx, ", ")))
+			ident(t.rel+"$order"), tableIdent(t), strings.Join(idx, ", ")))
 	}
 	return stmts
 }
@@ -169,7 +179,7 @@ func fromGo(t storage.DataType, x any) (storage.Value, error) {
 }
 
 // whereKey writes "k1 = $1 AND k2 = $2 ..." for the full primary key.
-func (b *builder) whereKey(t *storage.Table, partition, clustering storage.Values) {
+func (b *builder) whereKey(t *relTable, partition, clustering storage.Values) {
 	for i, name := range t.KeyNames() {
 		if i > 0 {
 			b.w(" AND ")
@@ -198,14 +208,14 @@ func (b *builder) conditionExprs(c *storage.Condition) {
 	}
 }
 
-func projection(t *storage.Table, proj []string) []string {
+func projection(t *relTable, proj []string) []string {
 	if len(proj) == 0 {
 		return t.ColumnNames()
 	}
 	return proj
 }
 
-func getSQL(t *storage.Table, g *storage.Get) (string, []any, []string) {
+func getSQL(t *relTable, g *storage.Get) (string, []any, []string) {
 	var b builder
 	cols := projection(t, g.Projection)
 	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
@@ -216,7 +226,7 @@ func getSQL(t *storage.Table, g *storage.Get) (string, []any, []string) {
 // putSQL returns the statement for a Put. For conditional puts, zero rows
 // affected means the condition did not hold; the check and the write are one
 // statement, so no other writer can slip in between.
-func putSQL(t *storage.Table, p *storage.Put) (string, []any) {
+func putSQL(t *relTable, p *storage.Put) (string, []any) {
 	var b builder
 	vals := sortedKeys(p.Values)
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
@@ -267,7 +277,7 @@ func putSQL(t *storage.Table, p *storage.Put) (string, []any) {
 	return b.sb.String(), b.args
 }
 
-func deleteSQL(t *storage.Table, d *storage.Delete) (string, []any) {
+func deleteSQL(t *relTable, d *storage.Delete) (string, []any) {
 	var b builder
 	b.w("DELETE FROM ", tableIdent(t), " WHERE ")
 	b.whereKey(t, d.Partition, d.Clustering)
@@ -276,7 +286,7 @@ func deleteSQL(t *storage.Table, d *storage.Delete) (string, []any) {
 }
 
 // scanSQL returns the statement for a Scan, and the projected columns.
-func scanSQL(t *storage.Table, s *storage.Scan) (string, []any, []string) {
+func scanSQL(t *relTable, s *storage.Scan) (string, []any, []string) {
 	var b builder
 	cols := projection(t, s.Projection)
 	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
@@ -319,7 +329,7 @@ func scanSQL(t *storage.Table, s *storage.Scan) (string, []any, []string) {
 // (or equal, if inclusive); an end keeps rows whose prefix is before it.
 // When the k columns share one direction, a row comparison says it and lets
 // PostgreSQL use the index; otherwise the lexicographic order is spelled out.
-func (b *builder) bound(t *storage.Table, bd *storage.Bound, start bool) {
+func (b *builder) bound(t *relTable, bd *storage.Bound, start bool) {
 	cc := t.ClusteringKey[:len(bd.Key)]
 	vals := t.BoundValues(bd)
 	strict := func(o storage.Order) string {

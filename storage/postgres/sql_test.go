@@ -7,12 +7,12 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-func testTable() *storage.Table {
-	return &storage.Table{Namespace: "ns", Name: "t",
+func testTable() *relTable {
+	return &relTable{rel: "t$x", Table: &storage.Table{Namespace: "ns", Name: "t",
 		PartitionKey: []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
 		ClusteringKey: []storage.ClusteringColumn{{Name: "a", Type: storage.TypeBigInt, Order: storage.Asc},
 			{Name: "b", Type: storage.TypeText, Order: storage.Asc}, {Name: "c", Type: storage.TypeText, Order: storage.Desc}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}, {Name: "w", Type: storage.TypeBigInt}}}
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}, {Name: "w", Type: storage.TypeBigInt}}}}
 }
 
 func TestSQLGolden(t *testing.T) {
@@ -24,20 +24,20 @@ func TestSQLGolden(t *testing.T) {
 		return fmt.Sprint(sql, " ", args)
 	}
 	cases := []struct{ got, want string }{
-		{createTableSQL(tb)[0], `CREATE TABLE "ns"."t" ("p" bigint NOT NULL, "a" bigint NOT NULL, "b" text COLLATE "C" NOT NULL, ` +
-			`"c" text COLLATE "C" NOT NULL, "v" bytea, "w" bigint, CONSTRAINT "t$pk" PRIMARY KEY ("p", "a", "b", "c"))`},
-		{createTableSQL(tb)[1], `CREATE INDEX "t$order" ON "ns"."t" ("p", "a" ASC, "b" ASC, "c" DESC)`},
+		{createTableSQL(tb)[0], `CREATE TABLE "ns"."t$x" ("p" bigint NOT NULL, "a" bigint NOT NULL, "b" text COLLATE "C" NOT NULL, ` +
+			`"c" text COLLATE "C" NOT NULL, "v" bytea, "w" bigint, CONSTRAINT "t$x$pk" PRIMARY KEY ("p", "a", "b", "c"))`},
+		{createTableSQL(tb)[1], `CREATE INDEX "t$x$order" ON "ns"."t$x" ("p", "a" ASC, "b" ASC, "c" DESC)`},
 		// Same-direction prefix: a row comparison.
 		{scan(&storage.Bound{Key: storage.Values{"a": storage.BigInt(2), "b": storage.Text("x")}, Inclusive: true}, nil, storage.Asc, 0),
-			`SELECT "v" FROM "ns"."t" WHERE "p" = $1 AND ("a", "b") >= ($2, $3) ORDER BY "a" ASC, "b" ASC, "c" DESC [1 2 x]`},
+			`SELECT "v" FROM "ns"."t$x" WHERE "p" = $1 AND ("a", "b") >= ($2, $3) ORDER BY "a" ASC, "b" ASC, "c" DESC [1 2 x]`},
 		{scan(nil, &storage.Bound{Key: storage.Values{"a": storage.BigInt(2)}}, storage.Desc, 5),
-			`SELECT "v" FROM "ns"."t" WHERE "p" = $1 AND "a" < $2 ORDER BY "a" DESC, "b" DESC, "c" ASC LIMIT 5 [1 2]`},
+			`SELECT "v" FROM "ns"."t$x" WHERE "p" = $1 AND "a" < $2 ORDER BY "a" DESC, "b" DESC, "c" ASC LIMIT 5 [1 2]`},
 		// Mixed directions: the lexicographic order spelled out.
 		{scan(&storage.Bound{Key: ck}, nil, storage.Asc, 0),
-			`SELECT "v" FROM "ns"."t" WHERE "p" = $1 AND (("a" > $2) OR ("a" = $3 AND "b" > $4) OR ("a" = $5 AND "b" = $6 AND "c" < $7)) ` +
+			`SELECT "v" FROM "ns"."t$x" WHERE "p" = $1 AND (("a" > $2) OR ("a" = $3 AND "b" > $4) OR ("a" = $5 AND "b" = $6 AND "c" < $7)) ` +
 				`ORDER BY "a" ASC, "b" ASC, "c" DESC [1 2 2 x 2 x y]`},
 		{scan(nil, &storage.Bound{Key: ck, Inclusive: true}, storage.Asc, 0),
-			`SELECT "v" FROM "ns"."t" WHERE "p" = $1 AND (("a" < $2) OR ("a" = $3 AND "b" < $4) OR ("a" = $5 AND "b" = $6 AND "c" > $7) ` +
+			`SELECT "v" FROM "ns"."t$x" WHERE "p" = $1 AND (("a" < $2) OR ("a" = $3 AND "b" < $4) OR ("a" = $5 AND "b" = $6 AND "c" > $7) ` +
 				`OR ("a" = $8 AND "b" = $9 AND "c" = $10)) ORDER BY "a" ASC, "b" ASC, "c" DESC [1 2 2 x 2 x y 2 x y]`},
 	}
 	put := func(vals storage.Values, cond *storage.Condition) string {
@@ -50,17 +50,17 @@ func TestSQLGolden(t *testing.T) {
 	}
 	w := storage.Values{"w": storage.BigInt(7), "v": storage.Null()}
 	cases = append(cases, []struct{ got, want string }{
-		{put(w, nil), `INSERT INTO "ns"."t" ("p", "a", "b", "c", "v", "w") VALUES ($1, $2, $3, $4, $5, $6) ` +
+		{put(w, nil), `INSERT INTO "ns"."t$x" ("p", "a", "b", "c", "v", "w") VALUES ($1, $2, $3, $4, $5, $6) ` +
 			`ON CONFLICT ("p", "a", "b", "c") DO UPDATE SET "v" = EXCLUDED."v", "w" = EXCLUDED."w" [1 2 x y <nil> 7]`},
-		{put(nil, nil), `INSERT INTO "ns"."t" ("p", "a", "b", "c") VALUES ($1, $2, $3, $4) ON CONFLICT ("p", "a", "b", "c") DO NOTHING [1 2 x y]`},
-		{put(w, storage.IfNotExists()), `INSERT INTO "ns"."t" ("p", "a", "b", "c", "v", "w") VALUES ($1, $2, $3, $4, $5, $6) ` +
+		{put(nil, nil), `INSERT INTO "ns"."t$x" ("p", "a", "b", "c") VALUES ($1, $2, $3, $4) ON CONFLICT ("p", "a", "b", "c") DO NOTHING [1 2 x y]`},
+		{put(w, storage.IfNotExists()), `INSERT INTO "ns"."t$x" ("p", "a", "b", "c", "v", "w") VALUES ($1, $2, $3, $4, $5, $6) ` +
 			`ON CONFLICT ("p", "a", "b", "c") DO NOTHING [1 2 x y <nil> 7]`},
-		{put(w, storage.IfExists()), `UPDATE "ns"."t" SET "v" = $1, "w" = $2 WHERE "p" = $3 AND "a" = $4 AND "b" = $5 AND "c" = $6 [<nil> 7 1 2 x y]`},
-		{put(nil, storage.IfExists()), `UPDATE "ns"."t" SET "p" = "p" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 [1 2 x y]`},
+		{put(w, storage.IfExists()), `UPDATE "ns"."t$x" SET "v" = $1, "w" = $2 WHERE "p" = $3 AND "a" = $4 AND "b" = $5 AND "c" = $6 [<nil> 7 1 2 x y]`},
+		{put(nil, storage.IfExists()), `UPDATE "ns"."t$x" SET "p" = "p" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 [1 2 x y]`},
 		{put(w, storage.If(storage.Ge("w", storage.BigInt(3)), storage.IsNull("v"))),
-			`UPDATE "ns"."t" SET "v" = $1, "w" = $2 WHERE "p" = $3 AND "a" = $4 AND "b" = $5 AND "c" = $6 AND "w" >= $7 AND "v" IS NULL [<nil> 7 1 2 x y 3]`},
+			`UPDATE "ns"."t$x" SET "v" = $1, "w" = $2 WHERE "p" = $3 AND "a" = $4 AND "b" = $5 AND "c" = $6 AND "w" >= $7 AND "v" IS NULL [<nil> 7 1 2 x y 3]`},
 		{del(storage.If(storage.Ne("w", storage.BigInt(1)))),
-			`DELETE FROM "ns"."t" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 AND "w" <> $5 [1 2 x y 1]`},
+			`DELETE FROM "ns"."t$x" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 AND "w" <> $5 [1 2 x y 1]`},
 	}...)
 	for i, c := range cases {
 		if c.got != c.want {

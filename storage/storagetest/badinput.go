@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -129,6 +130,26 @@ func testBadInput(t *testing.T, open Opener) {
 		if !errorsIs(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
+	}
+	// A Put whose values are each within the limit but together are not.
+	wide := e.table("wide", cols(col("k", storage.TypeBigInt)), nil, cols(col("c0", storage.TypeText), col("c1", storage.TypeText),
+		col("c2", storage.TypeText), col("c3", storage.TypeText), col("c4", storage.TypeText), col("c5", storage.TypeText),
+		col("c6", storage.TypeText), col("c7", storage.TypeText)))
+	need := lim.MaxWriteSize/lim.MaxValueSize + 1
+	if need > 8 {
+		t.Fatalf("limits %+v: cannot exceed MaxWriteSize with 8 columns of MaxValueSize", lim)
+	}
+	full := strings.Repeat("w", lim.MaxValueSize)
+	vals := V{}
+	for i := range need {
+		vals["c"+strconv.Itoa(i)] = txt(full)
+	}
+	err := e.db.Put(e.ctx, &storage.Put{Namespace: ns, Table: wide.Name, Partition: V{"k": i64(1)}, Values: vals})
+	if !errorsIs(err, storage.ErrTooLarge) {
+		t.Errorf("put of %d values of MaxValueSize: got %v, want ErrTooLarge", need, err)
+	}
+	if _, ok := e.get(wide, V{"k": i64(1)}, nil); ok {
+		t.Error("an oversized put wrote a row")
 	}
 	tsTable := e.table("times", cols(col("k", storage.TypeBigInt)), nil, cols(col("t", storage.TypeTimestamp)))
 	for _, us := range []int64{storage.MinTimestamp.UnixMicro() - 1, storage.MaxTimestamp.UnixMicro() + 1} {

@@ -60,17 +60,28 @@ func runSchedule(t *testing.T, db storage.Backend, scripts [][]step, order []int
 			}
 		}()
 	}
+	// Before moving on, wait for every step sent to this actor so far, a
+	// step that blocked earlier included, so the order stays the schedule's;
+	// if it stays blocked, let the others go on.
+	sent, finished := make([]int, len(actors)), make([]int, len(actors))
 	for _, i := range order {
 		actors[i].signal <- struct{}{}
-		select {
-		case <-actors[i].done:
-		case <-time.After(300 * time.Millisecond): // blocked: let the others go on
+		sent[i]++
+		blocked := time.After(300 * time.Millisecond)
+	wait:
+		for finished[i] < sent[i] {
+			select {
+			case <-actors[i].done:
+				finished[i]++
+			case <-blocked:
+				break wait
+			}
 		}
 	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
 	select {
-	case <-finished:
+	case <-all:
 	case <-time.After(time.Minute):
 		t.Fatal("scheduled transactions did not finish: deadlock?")
 	}

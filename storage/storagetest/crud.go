@@ -331,11 +331,13 @@ func testConditions(t *testing.T, open Opener) {
 		{math.Inf(1), storage.Lt("d", storage.Double(math.NaN())), true},
 		{math.Inf(-1), storage.Lt("d", storage.Double(-1e308)), true},
 		{math.Copysign(0, -1), storage.Eq("d", storage.Double(0)), true},
+		{math.Copysign(0, -1), storage.Lt("d", storage.Double(0)), false},
 	} {
 		e.put(tb, V{"id": i64(300)}, V{"seq": i64(0)}, V{"d": storage.Double(c.stored), "mark": i64(0)})
 		err := putC(300, storage.If(c.expr), V{"mark": i64(1)})
-		if c.met != (err == nil) {
-			t.Errorf("stored %v, If(d %v %v): err = %v, want met=%v", c.stored, c.expr.Op, c.expr.Value, err, c.met)
+		m, _ := mark(300)
+		if c.met && (err != nil || !m.Equal(i64(1))) || !c.met && (!errors.Is(err, storage.ErrConditionNotMet) || !m.Equal(i64(0))) {
+			t.Errorf("stored %v, If(d %v %v): err = %v, mark %v; want met=%v", c.stored, c.expr.Op, c.expr.Value, err, m, c.met)
 		}
 	}
 }

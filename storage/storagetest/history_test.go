@@ -68,6 +68,12 @@ func TestHistoryCheck(t *testing.T) {
 			Txns:  []*Txn{{ID: 1, Begin: 1, End: 2, Ops: []Op{a(0, 1)}, Unknown: true}, tx(2, 3, 4, r(0, 1))},
 			Final: map[int][]int{0: {1}},
 		}, ""},
+		{"stale read of an unknown commit", History{
+			// T1's outcome was unknown but its append is visible, so it
+			// committed before its End; T2 began after and missed it.
+			Txns:  []*Txn{{ID: 1, Begin: 1, End: 2, Ops: []Op{a(0, 1)}, Unknown: true}, tx(2, 3, 4, r(0))},
+			Final: map[int][]int{0: {1}},
+		}, "-rt->"},
 		{"read misses own append", History{
 			Txns:  []*Txn{tx(1, 1, 2, a(0, 1), r(0))},
 			Final: map[int][]int{0: {1}},

@@ -49,8 +49,8 @@ func testTxn(t *testing.T, open Opener) {
 	if !ok || !row["i"].Equal(i64(15)) {
 		t.Fatalf("own insert not visible: %v %v", row, ok)
 	}
-	if _, ok, _ := tx.Get(e.ctx, g(30)); ok {
-		t.Fatal("own delete not visible")
+	if _, ok, err := tx.Get(e.ctx, g(30)); err != nil || ok {
+		t.Fatalf("own delete not visible (found %v, err %v)", ok, err)
 	}
 	if got := scanTx(tx); !slices.Equal(got, []int64{10, 15, 21}) {
 		t.Fatalf("scan in txn = %v, want [10 15 21]", got)

@@ -32,8 +32,8 @@ func testTypes(t *testing.T, open Opener) {
 	roundTrip("b", storage.Blob([]byte{}))
 	roundTrip("b", storage.Null())
 	e.put(tb, p, c, V{"s": txt(""), "b": storage.Blob(nil)})
-	row, _ := e.get(tb, p, c, "s", "b")
-	if row["s"].IsNull() || row["b"].IsNull() || row["s"].AsText() != "" || len(row["b"].AsBlob()) != 0 {
+	row, ok := e.get(tb, p, c, "s", "b")
+	if !ok || row["s"].IsNull() || row["b"].IsNull() || row["s"].AsText() != "" || len(row["b"].AsBlob()) != 0 {
 		t.Fatalf("empty TEXT/BLOB read back as %v", row)
 	}
 	// Integer extremes.
@@ -44,6 +44,11 @@ func testTypes(t *testing.T, open Opener) {
 	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.MaxFloat64,
 		math.SmallestNonzeroFloat64, 0.1, math.Copysign(0, -1)} {
 		roundTrip("d", storage.Double(v))
+	}
+	// Equal treats -0 as +0; the sign itself must survive too.
+	e.put(tb, p, c, V{"d": storage.Double(math.Copysign(0, -1))})
+	if row, _ := e.get(tb, p, c, "d"); !math.Signbit(row["d"].AsDouble()) {
+		t.Fatalf("-0 read back as %v", row["d"])
 	}
 	e.put(tb, p, c, V{"d": storage.Double(math.NaN())})
 	if row, _ := e.get(tb, p, c, "d"); !math.IsNaN(row["d"].AsDouble()) {
