@@ -1,0 +1,94 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+var policies = []Policy{BatchPolicy(), GroupPolicy(2e6), CountPolicy(8, 3e6), PeriodicPolicy(5e6)}
+
+func testConfig(fs vfs.FS, p Policy) Config {
+	return Config{Dir: "/wal", FS: fs, Policy: p, SegmentSize: 8 << 10, MaxRecordSize: 2 << 10, Logf: func(string, ...any) {}}
+}
+
+func mustOpen(t testing.TB, cfg Config) *Log {
+	t.Helper()
+	l, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l
+}
+
+// payload is a self-describing record: writer, sequence, and filler whose
+// length and bytes depend on both, so a record cannot pass for another.
+func payload(writer, seq int) []byte { return payloadUpTo(writer, seq, 300) }
+
+func payloadUpTo(writer, seq, fill int) []byte {
+	head := fmt.Sprintf("w%d/s%d/", writer, seq)
+	n := (writer*31 + seq*17) % fill
+	return append([]byte(head), bytes.Repeat([]byte{byte(writer + seq)}, n)...)
+}
+
+func readAll(t testing.TB, l *Log) map[uint64][]byte {
+	t.Helper()
+	out := map[uint64][]byte{}
+	if err := l.Scan(l.FirstIndex(), func(i uint64, p []byte) error {
+		out[i] = append([]byte(nil), p...)
+		return nil
+	}); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	return out
+}
+
+// gateFS holds every SyncData call of segment files until the test lets it
+// through, and counts them: a disk whose fsync the test controls.
+type gateFS struct {
+	vfs.FS
+	hold    atomic.Bool
+	mu      sync.Mutex
+	waiting chan chan struct{} // a held fsync sends its release channel here
+	started atomic.Int64
+}
+
+func newGateFS(fs vfs.FS) *gateFS { return &gateFS{FS: fs, waiting: make(chan chan struct{}, 100)} }
+
+func (g *gateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := g.FS.OpenReadWrite(name, c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &gateFile{File: f, g: g}, nil
+}
+
+type gateFile struct {
+	vfs.File
+	g *gateFS
+}
+
+func (f *gateFile) SyncData() error {
+	f.g.started.Add(1)
+	if f.g.hold.Load() {
+		release := make(chan struct{})
+		f.g.waiting <- release
+		<-release
+	}
+	return f.File.SyncData()
+}
+
+// appendAsync starts an Append and returns a channel with its result.
+func appendAsync(l *Log, p []byte) chan error {
+	c := make(chan error, 1)
+	go func() {
+		_, err := l.Append(context.Background(), p)
+		c <- err
+	}()
+	return c
+}

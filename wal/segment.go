@@ -1,0 +1,209 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cockroachdb/errors/oserror"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A segment file is named after the index of its first record,
+// "%020d.wal", and is zero-filled to Config.SegmentSize before the first
+// record goes in (FORMAT.md).
+const segSuffix = ".wal"
+
+func segName(first uint64) string { return fmt.Sprintf("%020d%s", first, segSuffix) }
+
+func parseSegName(name string) (uint64, bool) {
+	if len(name) != 20+len(segSuffix) || !strings.HasSuffix(name, segSuffix) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name[:20], 10, 64)
+	return n, err == nil && n > 0
+}
+
+// segment is what the log knows of one segment file.
+type segment struct {
+	first uint64 // index of the first record
+	last  uint64 // index of the last record written; first-1 if none
+	end   int64  // offset just past the last record written
+}
+
+// CorruptionError reports a record that fails its checks before the tail of
+// the log: in a sealed segment, or followed by intact records. Recovery never
+// skips such a record; the log does not open.
+type CorruptionError struct {
+	Segment string // file name
+	Offset  int64  // byte offset of the bad record in the segment
+	Index   uint64 // the index the record should have had
+	Reason  string
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corrupt record %d in segment %s at offset %d: %s", e.Index, e.Segment, e.Offset, e.Reason)
+}
+
+// TornTail describes a partial write at the end of the log that recovery
+// truncated: records that were being written when the process or machine
+// stopped, never acknowledged under any policy but Periodic.
+type TornTail struct {
+	Segment string
+	Offset  int64 // where the valid log ended
+	Bytes   int64 // how many bytes past Offset were zeroed
+	Reason  string
+}
+
+// listSegments returns the first indexes of the segments in dir, sorted.
+// With clean, it also removes leftover temporary files: only at Open, when
+// no preparer is running.
+func listSegments(fs vfs.FS, dir string, clean bool) ([]uint64, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var firsts []uint64
+	for _, name := range names {
+		if first, ok := parseSegName(name); ok {
+			firsts = append(firsts, first)
+		} else if clean && strings.HasSuffix(name, tmpSuffix) {
+			if err := fs.Remove(fs.PathJoin(dir, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	return firsts, nil
+}
+
+// readSegment reads a whole segment file.
+func readSegment(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size())
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// scanResult is what scanSegment found.
+type scanResult struct {
+	last    uint64 // index of the last valid record; first-1 if none
+	end     int64  // offset just past it
+	dirty   int64  // offset just past the last non-zero byte after end (0 if clean)
+	badErr  error  // why scanning stopped before clean free space, if it did
+	corrupt bool   // the stop is corruption (an intact next record follows), not a tear
+}
+
+// scanSegment decodes the records of a segment whose first index is first.
+// It stops at the first frame that does not decode or does not carry the
+// next index. If everything after that point is zero, the segment simply
+// ends there. Otherwise the bytes past it are either a torn tail (records
+// being written when the machine stopped, never acknowledged) or corruption
+// in the middle of the log. Segments are zero-filled before use, so a write
+// that never reached the disk leaves zeros: a tear shows a zero header or a
+// whole zero sector (512 aligned bytes) before the next intact record, or
+// no intact next record at all. A bad record that is followed by an intact
+// record of the next index, with no such lost sector in between, is
+// corruption: the tail is written in order, and a record is acknowledged
+// only once an fsync covering every byte before it returned.
+func scanSegment(buf []byte, first uint64, maxPayload int) scanResult {
+	r := scanResult{last: first - 1}
+	off := 0
+	want := first
+	for {
+		idx, _, n, err := decodeFrame(buf[off:], maxPayload)
+		if err == nil && idx != want {
+			err = fmt.Errorf("record carries index %d", idx)
+		}
+		if err != nil {
+			r.end = int64(off)
+			rest := buf[off:]
+			if errors.Is(err, errZero) && allZero(rest) {
+				return r
+			}
+			r.badErr = err
+			for i := len(rest) - 1; i >= 0; i-- {
+				if rest[i] != 0 {
+					r.dirty = int64(off + i + 1)
+					break
+				}
+			}
+			if next := findFrame(buf, off+1, want+1, maxPayload); next >= 0 {
+				r.corrupt = !errors.Is(err, errZero) && !hasZeroSector(buf, off, next)
+			}
+			return r
+		}
+		r.last = want
+		want++
+		off += n
+	}
+}
+
+const sectorSize = 512
+
+// hasZeroSector reports whether buf[from:to] contains a whole sector-aligned
+// block of zeros.
+func hasZeroSector(buf []byte, from, to int) bool {
+	for s := (from + sectorSize - 1) / sectorSize * sectorSize; s+sectorSize <= to; s += sectorSize {
+		if allZero(buf[s : s+sectorSize]) {
+			return true
+		}
+	}
+	return false
+}
+
+// findFrame returns the offset of the first intact frame with the given
+// index at or after from, or -1.
+func findFrame(buf []byte, from int, index uint64, maxPayload int) int {
+	var key [8]byte
+	binary.LittleEndian.PutUint64(key[:], index)
+	for p := from; p+headerSize <= len(buf); p++ {
+		if buf[p+8] != recordFull || string(buf[p+9:p+17]) != string(key[:]) {
+			continue
+		}
+		if idx, _, _, err := decodeFrame(buf[p:], maxPayload); err == nil && idx == index {
+			return p
+		}
+	}
+	return -1
+}
+
+// zeroFill writes size zero bytes to a new file at path and syncs it.
+func zeroFill(fs vfs.FS, path string, size int64) error {
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	zeros := make([]byte, min(size, 1<<20))
+	for done := int64(0); done < size; {
+		n := min(int64(len(zeros)), size-done)
+		if _, err := f.Write(zeros[:n]); err != nil {
+			f.Close()
+			return err
+		}
+		done += n
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+var fsNotExist = oserror.ErrNotExist
+
+func isNotExist(err error) bool { return oserror.IsNotExist(err) }

@@ -1,0 +1,968 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+const (
+	tmpSuffix     = ".tmp"
+	lockName      = "LOCK"
+	truncateName  = "TRUNCATE"
+	truncMarkSize = 12 // index (8) + CRC-32C of it (4)
+)
+
+// Errors.
+var (
+	// ErrClosed is returned by calls made after Close.
+	ErrClosed = errors.New("wal: log closed")
+	// ErrFailed wraps the I/O error (a failed write or fsync) that put the
+	// log in its failed state. It is returned to every waiting and every
+	// later caller; nothing is retried (an fsync that failed may have
+	// dropped the very pages it was to write, so no later fsync can vouch
+	// for them).
+	ErrFailed = errors.New("wal: log failed")
+	// ErrTooLarge is returned for a record over Config.MaxRecordSize.
+	ErrTooLarge = errors.New("wal: record too large")
+	// ErrOutOfRange is returned for an index outside the log.
+	ErrOutOfRange = errors.New("wal: index out of range")
+)
+
+// Recovery is what Open found.
+type Recovery struct {
+	Segments   int
+	FirstIndex uint64
+	LastIndex  uint64    // 0 if the log is empty
+	TornTail   *TornTail // non-nil if a partial write was truncated
+	// Truncated is set if a suffix truncation interrupted by a crash was
+	// completed: records after this index were removed.
+	Truncated *uint64
+}
+
+// Stats are counters since Open.
+type Stats struct {
+	Appends uint64 // records acknowledged or pending
+	Writes  uint64 // write calls to segment files
+	Syncs   uint64 // fdatasync calls on segment files
+	Bytes   uint64 // record bytes written
+}
+
+// round is one write (and, except under Periodic, fsync) of the pending
+// records. Appenders take the current round under Log.mu when they append;
+// the syncer swaps in a fresh round under the same lock when it takes the
+// pending records, so a waiter is always registered on the round that
+// covers its record before that round's target is read: no lost wakeups.
+type round struct {
+	done chan struct{}
+	err  error
+}
+
+func newRound() *round { return &round{done: make(chan struct{})} }
+
+// chunk is encoded frames bound for one segment at one offset.
+type chunk struct {
+	seg  uint64 // first index of the segment
+	off  int64
+	data []byte
+}
+
+// Log is a segmented write-ahead log. Append is safe for concurrent use;
+// TruncateAfter must not race with Append (it makes appends wait).
+type Log struct {
+	cfg      Config
+	fs       vfs.FS
+	lock     io.Closer
+	dir      vfs.File
+	recovery Recovery
+
+	// Owned by the syncer goroutine (and by Open before it starts).
+	active    vfs.File
+	activeSeg uint64
+	lastStart time.Time
+	lastEnd   time.Time
+	lastSync  time.Time
+	dirty     bool
+
+	wake     chan struct{} // capacity 1: a nudge for the syncer
+	stop     chan struct{} // closed by Close
+	done     chan struct{} // closed when the syncer has exited
+	prep     chan prepared // zero-filled segment files, ready to use
+	prepStop chan struct{}
+	prepDone chan struct{}
+	truncReq chan truncRequest
+
+	writes, syncs, bytes atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		cond           *sync.Cond // pending shrank, log failed or closed, truncation ended
+		closing        bool
+		failed         error
+		segs           []segment // every segment; appends go to the last
+		next           uint64    // index of the next record
+		off            int64     // offset in the last segment for the next frame
+		pending        []chunk
+		pendingBytes   int
+		pendingCount   int
+		firstPendingAt time.Time
+		round          *round
+		written        uint64 // last index handed to the OS
+		durable        uint64 // last index covered by an fsync
+		appends        uint64
+		truncating     bool
+		forced         []chan error // Sync calls waiting
+		spare          [][]byte     // chunk buffers for reuse
+	}
+}
+
+type prepared struct {
+	path string
+	err  error
+}
+
+type truncRequest struct {
+	index uint64
+	done  chan error
+}
+
+// Open opens the log in cfg.Dir, creating it if needed, and recovers it:
+// every record of every segment is verified. A partial write at the tail is
+// truncated and reported in Recovery().TornTail; a bad record anywhere else
+// is a *CorruptionError, and the log does not open.
+func Open(cfg Config) (*Log, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	fs := cfg.FS
+	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	}
+	// The directory's own entry must be durable, or a crash can lose the
+	// whole log however well its files were synced.
+	if parent, err := fs.OpenDir(fs.PathDir(cfg.Dir)); err != nil {
+		return nil, fmt.Errorf("wal: %w", err)
+	} else {
+		err = parent.Sync()
+		parent.Close()
+		if err != nil {
+			return nil, fmt.Errorf("wal: sync parent directory: %w", err)
+		}
+	}
+	lock, err := fs.Lock(fs.PathJoin(cfg.Dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("wal: lock %s: %w", cfg.Dir, err)
+	}
+	l := &Log{cfg: cfg, fs: fs, lock: lock,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		prep: make(chan prepared), prepStop: make(chan struct{}), prepDone: make(chan struct{}),
+		truncReq: make(chan truncRequest)}
+	l.mu.cond = sync.NewCond(&l.mu.Mutex)
+	if err := l.recover(); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	l.mu.round = newRound()
+	l.lastSync = time.Now() // Periodic counts its interval from here
+	go l.prepareLoop()
+	go l.syncLoop()
+	return l, nil
+}
+
+func (l *Log) path(name string) string { return l.fs.PathJoin(l.cfg.Dir, name) }
+
+func (l *Log) closeFiles() {
+	if l.active != nil {
+		l.active.Close()
+	}
+	if l.dir != nil {
+		l.dir.Close()
+	}
+	l.lock.Close()
+}
+
+func (l *Log) recover() error {
+	var err error
+	if l.dir, err = l.fs.OpenDir(l.cfg.Dir); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	firsts, err := listSegments(l.fs, l.cfg.Dir, true)
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	if len(firsts) == 0 {
+		if err := l.createSegment(1); err != nil {
+			return err
+		}
+		firsts = []uint64{1}
+	}
+	mark, hasMark, err := l.readTruncateMark()
+	if err != nil {
+		return err
+	}
+	var segs []segment
+	for i, first := range firsts {
+		name := segName(first)
+		if hasMark && first > mark+1 && i > 0 {
+			break // removed by the interrupted truncation: finished below
+		}
+		if i > 0 && first != segs[i-1].last+1 {
+			return &CorruptionError{Segment: name, Index: segs[i-1].last + 1,
+				Reason: fmt.Sprintf("segment starts at index %d; the one before ended at %d", first, segs[i-1].last)}
+		}
+		buf, err := readSegment(l.fs, l.path(name))
+		if err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+		res := scanSegment(buf, first, l.cfg.MaxRecordSize)
+		sealed := i < len(firsts)-1 && !(hasMark && firsts[i+1] > mark+1)
+		seg := segment{first: first, last: res.last, end: res.end}
+		switch {
+		case hasMark && res.last >= mark:
+			// The interrupted truncation's target: whatever follows mark is
+			// half-zeroed and is cut by finishTruncate below.
+		case res.badErr == nil:
+		case sealed || res.corrupt:
+			return &CorruptionError{Segment: name, Offset: res.end, Index: res.last + 1, Reason: res.badErr.Error()}
+		default:
+			torn := &TornTail{Segment: name, Offset: res.end, Bytes: res.dirty - res.end, Reason: res.badErr.Error()}
+			if err := l.zeroRange(name, res.end, res.dirty); err != nil {
+				return err
+			}
+			l.recovery.TornTail = torn
+			l.cfg.Logf("wal: truncated a torn tail in %s at offset %d (%d bytes): %s", name, torn.Offset, torn.Bytes, torn.Reason)
+		}
+		if sealed && seg.last < seg.first {
+			return &CorruptionError{Segment: name, Index: first, Reason: "sealed segment holds no record"}
+		}
+		segs = append(segs, seg)
+	}
+	l.mu.segs = segs
+	if hasMark {
+		if err := l.finishTruncate(mark, false); err != nil {
+			return err
+		}
+		l.recovery.Truncated = &mark
+	}
+	last := l.mu.segs[len(l.mu.segs)-1]
+	l.mu.next = last.last + 1
+	l.mu.off = last.end
+	l.mu.written = last.last
+	l.mu.durable = last.last
+	if l.active, err = l.fs.OpenReadWrite(l.path(segName(last.first)), vfs.WriteCategoryUnspecified); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	l.activeSeg = last.first
+	l.recovery.Segments = len(l.mu.segs)
+	l.recovery.FirstIndex = l.mu.segs[0].first
+	l.recovery.LastIndex = last.last
+	return nil
+}
+
+// Recovery returns what Open found.
+func (l *Log) Recovery() Recovery { return l.recovery }
+
+// createSegment makes a zero-filled segment for first, durably named.
+func (l *Log) createSegment(first uint64) error {
+	tmp := l.path(segName(first) + tmpSuffix)
+	if err := zeroFill(l.fs, tmp, l.cfg.SegmentSize); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	return l.install(tmp, first)
+}
+
+// install renames a prepared file to the segment of first and syncs the
+// directory, so the segment exists durably before any record is put in it.
+func (l *Log) install(tmp string, first uint64) error {
+	if err := l.fs.Rename(tmp, l.path(segName(first))); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	if err := l.dir.Sync(); err != nil {
+		return fmt.Errorf("wal: sync directory: %w", err)
+	}
+	return nil
+}
+
+// zeroRange zeroes [from, to) of a segment and syncs it.
+func (l *Log) zeroRange(name string, from, to int64) error {
+	if to <= from {
+		return nil
+	}
+	f, err := l.fs.OpenReadWrite(l.path(name), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	defer f.Close()
+	zeros := make([]byte, min(to-from, 1<<20))
+	for off := from; off < to; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+	}
+	if err := f.SyncData(); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	return nil
+}
+
+// ---- appending ----------------------------------------------------------
+
+// Append appends one record and returns its index once it is acknowledged
+// under the log's policy: durable (an fdatasync that began after the record
+// was written has returned) for Batch, Group and Count; written to the
+// operating system for Periodic. ctx bounds only the wait for queue space
+// (backpressure); once the record is accepted, Append waits for its outcome,
+// so it never returns without saying whether the record is in the log.
+// The log does not retain payload.
+func (l *Log) Append(ctx context.Context, payload []byte) (uint64, error) {
+	return l.append(ctx, payload, nil)
+}
+
+// AppendBatch appends several records with consecutive indexes, atomically
+// with respect to other appends, and returns the first index once all are
+// acknowledged.
+func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte) (uint64, error) {
+	if len(payloads) == 0 {
+		return 0, errors.New("wal: empty batch")
+	}
+	return l.append(ctx, nil, payloads)
+}
+
+func (l *Log) append(ctx context.Context, one []byte, many [][]byte) (uint64, error) {
+	total := 0
+	count := len(many)
+	if many == nil {
+		count = 1
+		if len(one) > l.cfg.MaxRecordSize {
+			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(one), l.cfg.MaxRecordSize)
+		}
+		total = frameSize(len(one))
+	}
+	for _, p := range many {
+		if len(p) > l.cfg.MaxRecordSize {
+			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(p), l.cfg.MaxRecordSize)
+		}
+		total += frameSize(len(p))
+	}
+	l.mu.Lock()
+	if l.mu.failed == nil && !l.mu.closing && (l.mu.truncating || l.overLimitLocked(total)) {
+		stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.mu.cond.Broadcast(); l.mu.Unlock() })
+		for l.mu.failed == nil && !l.mu.closing && ctx.Err() == nil && (l.mu.truncating || l.overLimitLocked(total)) {
+			l.mu.cond.Wait()
+		}
+		stop()
+	}
+	switch {
+	case l.mu.failed != nil:
+		err := l.mu.failed
+		l.mu.Unlock()
+		return 0, err
+	case l.mu.closing:
+		l.mu.Unlock()
+		return 0, ErrClosed
+	case ctx.Err() != nil:
+		l.mu.Unlock()
+		return 0, ctx.Err()
+	}
+	first := l.mu.next
+	wasIdle := l.mu.pendingCount == 0
+	if many == nil {
+		l.appendLocked(one)
+	} else {
+		for _, p := range many {
+			l.appendLocked(p)
+		}
+	}
+	if wasIdle {
+		l.mu.firstPendingAt = time.Now()
+	}
+	l.mu.appends += uint64(count)
+	r := l.mu.round
+	nudge := wasIdle || l.cfg.Policy.Kind == Count && l.mu.pendingCount >= l.cfg.Policy.Count
+	l.mu.Unlock()
+	if nudge {
+		l.nudge()
+	}
+	<-r.done
+	if r.err != nil {
+		return 0, r.err
+	}
+	return first, nil
+}
+
+// overLimitLocked: would total more bytes overflow the pending bound? A
+// record larger than the bound is let in alone.
+func (l *Log) overLimitLocked(total int) bool {
+	return l.mu.pendingBytes > 0 && l.mu.pendingBytes+total > l.cfg.MaxPending
+}
+
+// appendLocked assigns the next index and encodes the frame into the
+// pending chunk for its segment, starting a new segment when it does not fit.
+func (l *Log) appendLocked(payload []byte) {
+	n := int64(frameSize(len(payload)))
+	segs := l.mu.segs
+	if l.mu.off+n > l.cfg.SegmentSize && l.mu.off > 0 {
+		l.mu.segs = append(segs, segment{first: l.mu.next, last: l.mu.next - 1})
+		segs = l.mu.segs
+		l.mu.off = 0
+	}
+	seg := &segs[len(segs)-1]
+	if k := len(l.mu.pending); k == 0 || l.mu.pending[k-1].seg != seg.first {
+		var buf []byte
+		if s := len(l.mu.spare); s > 0 {
+			buf, l.mu.spare = l.mu.spare[s-1][:0], l.mu.spare[:s-1]
+		}
+		l.mu.pending = append(l.mu.pending, chunk{seg: seg.first, off: l.mu.off, data: buf})
+	}
+	c := &l.mu.pending[len(l.mu.pending)-1]
+	c.data = appendFrame(c.data, l.mu.next, payload)
+	seg.last = l.mu.next
+	l.mu.off += n
+	seg.end = l.mu.off
+	l.mu.next++
+	l.mu.pendingBytes += int(n)
+	l.mu.pendingCount++
+}
+
+func (l *Log) nudge() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Sync makes every record appended so far durable, whatever the policy,
+// and returns once it is (or the log failed).
+func (l *Log) Sync(ctx context.Context) error {
+	l.mu.Lock()
+	if l.mu.failed != nil {
+		err := l.mu.failed
+		l.mu.Unlock()
+		return err
+	}
+	if l.mu.closing {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if l.mu.pendingCount == 0 && l.mu.durable == l.mu.next-1 {
+		l.mu.Unlock()
+		return nil
+	}
+	done := make(chan error, 1)
+	l.mu.forced = append(l.mu.forced, done)
+	l.mu.Unlock()
+	l.nudge()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ---- the syncer ----------------------------------------------------------
+
+func (l *Log) syncLoop() {
+	defer close(l.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		l.mu.Lock()
+		st := syncState{now: time.Now(), pending: l.mu.pendingCount, firstPendingAt: l.mu.firstPendingAt,
+			dirty: l.dirty, lastStart: l.lastStart, lastEnd: l.lastEnd, lastSync: l.lastSync, forced: len(l.mu.forced) > 0}
+		l.mu.Unlock()
+		a := decide(l.cfg.Policy, st)
+		if a.write || a.sync {
+			if !l.round(a.sync) {
+				return
+			}
+			continue
+		}
+		var tc <-chan time.Time
+		if a.wait > 0 {
+			timer.Reset(a.wait)
+			tc = timer.C
+		}
+		select {
+		case <-l.wake:
+		case <-tc:
+		case req := <-l.truncReq:
+			err := l.truncate(req.index)
+			req.done <- err
+			if err != nil {
+				return
+			}
+		case <-l.stop:
+			// Close: write and sync whatever is left, under every policy.
+			l.mu.Lock()
+			l.mu.forced = append(l.mu.forced, make(chan error, 1))
+			l.mu.Unlock()
+			l.round(true)
+			return
+		}
+		if tc != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// round writes the pending records and, if doSync, fdatasyncs. It returns
+// false if the log failed.
+func (l *Log) round(doSync bool) bool {
+	l.mu.Lock()
+	chunks, r := l.mu.pending, l.mu.round
+	last := l.mu.next - 1
+	forced := l.mu.forced
+	l.mu.pending, l.mu.pendingBytes, l.mu.pendingCount, l.mu.forced = nil, 0, 0, nil
+	l.mu.round = newRound()
+	l.mu.cond.Broadcast() // room for blocked appenders
+	l.mu.Unlock()
+
+	l.lastStart = time.Now()
+	err := l.writeChunks(chunks)
+	if err == nil && len(chunks) > 0 {
+		l.dirty = true
+		l.mu.Lock()
+		l.mu.written = last
+		for _, c := range chunks {
+			if cap(c.data) <= 1<<20 {
+				l.mu.spare = append(l.mu.spare, c.data)
+			}
+		}
+		l.mu.Unlock()
+	}
+	if err == nil && doSync && l.dirty {
+		err = l.active.SyncData()
+		l.syncs.Add(1)
+		if err == nil {
+			l.dirty = false
+			l.lastSync = time.Now()
+			l.mu.Lock()
+			l.mu.durable = last
+			l.mu.Unlock()
+		}
+	}
+	l.lastEnd = time.Now()
+	if err != nil {
+		l.fail(err, r, forced)
+		return false
+	}
+	if !doSync && l.cfg.Policy.Kind != Periodic {
+		// decide pairs every write with an fsync but under Periodic.
+		panic("wal: invariant broken: a round without fsync under " + l.cfg.Policy.String())
+	}
+	close(r.done)
+	for _, f := range forced {
+		f <- nil
+	}
+	return true
+}
+
+// writeChunks writes frames to their segments. Before the first byte goes
+// to a new segment, the previous one is fsynced (sealed) and the new one is
+// installed, so after a crash every segment but the last is whole.
+func (l *Log) writeChunks(chunks []chunk) error {
+	for _, c := range chunks {
+		if c.seg != l.activeSeg {
+			if l.dirty {
+				if err := l.active.SyncData(); err != nil {
+					return err
+				}
+				l.syncs.Add(1)
+				l.dirty = false
+			}
+			p := <-l.prep
+			if p.err != nil {
+				return p.err
+			}
+			if err := l.install(p.path, c.seg); err != nil {
+				return err
+			}
+			f, err := l.fs.OpenReadWrite(l.path(segName(c.seg)), vfs.WriteCategoryUnspecified)
+			if err != nil {
+				return err
+			}
+			l.active.Close()
+			l.active, l.activeSeg = f, c.seg
+		}
+		if _, err := l.active.WriteAt(c.data, c.off); err != nil {
+			return err
+		}
+		l.dirty = true
+		l.writes.Add(1)
+		l.bytes.Add(uint64(len(c.data)))
+	}
+	return nil
+}
+
+// fail puts the log in its failed state: the round in flight, the round
+// later appenders registered on, Sync callers and every later call get the
+// error. Nothing is retried.
+func (l *Log) fail(err error, r *round, forced []chan error) {
+	l.mu.Lock()
+	if l.mu.failed == nil {
+		l.mu.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	ferr := l.mu.failed
+	next := l.mu.round
+	forced = append(forced, l.mu.forced...)
+	l.mu.forced = nil
+	l.mu.cond.Broadcast()
+	l.mu.Unlock()
+	r.err, next.err = ferr, ferr
+	close(r.done)
+	close(next.done)
+	for _, f := range forced {
+		f <- ferr
+	}
+}
+
+// prepareLoop keeps one zero-filled segment file ready, so rotation does
+// not wait for a preallocation.
+func (l *Log) prepareLoop() {
+	defer close(l.prepDone)
+	for i := 0; ; i++ {
+		path := l.path(fmt.Sprintf("prepared-%d%s", i, tmpSuffix))
+		err := zeroFill(l.fs, path, l.cfg.SegmentSize)
+		select {
+		case l.prep <- prepared{path: path, err: err}:
+			if err != nil {
+				return
+			}
+		case <-l.prepStop:
+			_ = l.fs.Remove(path)
+			return
+		}
+	}
+}
+
+// Close writes and fsyncs every pending record (under every policy), stops
+// the log's goroutines and closes its files. It returns the error that
+// failed the log, if one did.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.mu.closing {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.mu.closing = true
+	l.mu.cond.Broadcast()
+	l.mu.Unlock()
+	close(l.stop)
+	<-l.done
+	close(l.prepStop)
+	<-l.prepDone
+	l.closeFiles()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.failed
+}
+
+// ---- reading ------------------------------------------------------------
+
+// FirstIndex is the index of the oldest record kept. After TruncateFront it
+// may be lower than asked: whole segments are removed, not parts.
+func (l *Log) FirstIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.segs[0].first
+}
+
+// LastIndex is the index of the last record appended (acknowledged or not);
+// 0 when the log has none.
+func (l *Log) LastIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.next - 1
+}
+
+// DurableIndex is the last index covered by an fsync.
+func (l *Log) DurableIndex() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.durable
+}
+
+// Stats returns counters since Open.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	appends := l.mu.appends
+	l.mu.Unlock()
+	return Stats{Appends: appends, Writes: l.writes.Load(), Syncs: l.syncs.Load(), Bytes: l.bytes.Load()}
+}
+
+// Scan calls fn for every record from index from on that has been written
+// to the operating system, in order. payload is valid only during the call.
+func (l *Log) Scan(from uint64, fn func(index uint64, payload []byte) error) error {
+	l.mu.Lock()
+	segs := append([]segment(nil), l.mu.segs...)
+	written := l.mu.written
+	l.mu.Unlock()
+	if from < segs[0].first {
+		return fmt.Errorf("%w: %d is before the first index %d", ErrOutOfRange, from, segs[0].first)
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].first > from }) - 1
+	for ; i < len(segs) && segs[i].first <= written; i++ {
+		buf, err := readSegment(l.fs, l.path(segName(segs[i].first)))
+		if err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+		off := 0
+		for idx := segs[i].first; idx <= min(segs[i].last, written); idx++ {
+			got, payload, n, err := decodeFrame(buf[off:], l.cfg.MaxRecordSize)
+			if err == nil && got != idx {
+				err = fmt.Errorf("carries index %d", got)
+			}
+			if err != nil {
+				return &CorruptionError{Segment: segName(segs[i].first), Offset: int64(off), Index: idx, Reason: err.Error()}
+			}
+			off += n
+			if idx >= from {
+				if err := fn(idx, payload); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Read returns a copy of the record at index.
+func (l *Log) Read(index uint64) ([]byte, error) {
+	var out []byte
+	found := false
+	stop := errors.New("stop")
+	err := l.Scan(index, func(i uint64, p []byte) error {
+		out, found = append([]byte(nil), p...), true
+		return stop
+	})
+	if err != nil && err != stop {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %d is not written", ErrOutOfRange, index)
+	}
+	return out, nil
+}
+
+// ---- truncation -----------------------------------------------------------
+
+// TruncateFront removes the segments whose records all precede index (the
+// last segment is always kept). It is for discarding a prefix covered by a
+// checkpoint; FirstIndex tells what remains.
+func (l *Log) TruncateFront(index uint64) error {
+	l.mu.Lock()
+	if l.mu.failed != nil {
+		err := l.mu.failed
+		l.mu.Unlock()
+		return err
+	}
+	var drop []uint64
+	for len(l.mu.segs) > 1 && l.mu.segs[1].first <= index {
+		drop = append(drop, l.mu.segs[0].first)
+		l.mu.segs = l.mu.segs[1:]
+	}
+	l.mu.Unlock()
+	for _, first := range drop {
+		if err := l.fs.Remove(l.path(segName(first))); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+	}
+	if len(drop) > 0 {
+		if err := l.dir.Sync(); err != nil {
+			return fmt.Errorf("wal: sync directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// TruncateAfter removes every record after index (Raft overwriting an
+// uncommitted tail); the next append gets index+1. Appends wait while it
+// runs. It is durable when it returns: a durable marker records the intent
+// first, so a crash part way is finished at the next Open instead of being
+// mistaken for corruption.
+func (l *Log) TruncateAfter(ctx context.Context, index uint64) error {
+	l.mu.Lock()
+	if l.mu.failed != nil || l.mu.closing || l.mu.truncating {
+		err := l.mu.failed
+		if err == nil && l.mu.closing {
+			err = ErrClosed
+		} else if err == nil {
+			err = errors.New("wal: a truncation is already running")
+		}
+		l.mu.Unlock()
+		return err
+	}
+	if index+1 < l.mu.segs[0].first || index > l.mu.next-1 {
+		err := fmt.Errorf("%w: cannot truncate after %d; the log holds %d..%d", ErrOutOfRange, index, l.mu.segs[0].first, l.mu.next-1)
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.truncating = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.mu.truncating = false
+		l.mu.cond.Broadcast()
+		l.mu.Unlock()
+	}()
+	if err := l.Sync(ctx); err != nil {
+		return err
+	}
+	req := truncRequest{index: index, done: make(chan error, 1)}
+	select {
+	case l.truncReq <- req:
+	case <-l.done:
+		return ErrClosed
+	}
+	return <-req.done
+}
+
+// truncate runs in the syncer, with nothing pending.
+func (l *Log) truncate(index uint64) error {
+	if err := l.writeTruncateMark(index); err != nil {
+		l.fail(err, newRound(), nil)
+		return err
+	}
+	if err := l.finishTruncate(index, true); err != nil {
+		l.fail(err, newRound(), nil)
+		return err
+	}
+	return nil
+}
+
+// finishTruncate cuts the log after index, given the marker is durable:
+// removes later segments, zeroes the tail of the one holding index+1, and
+// removes the marker. It is idempotent, so recovery can run it again.
+// running says whether the syncer calls it (and the target must be left
+// open as the active segment) or recovery does.
+func (l *Log) finishTruncate(index uint64, running bool) error {
+	l.mu.Lock()
+	segs := l.mu.segs
+	l.mu.Unlock()
+	k := sort.Search(len(segs), func(i int) bool { return segs[i].first > index+1 }) - 1
+	if k < 0 {
+		k = 0
+	}
+	target := segs[k]
+	// Remove later segments, including files recovery did not list.
+	firsts, err := listSegments(l.fs, l.cfg.Dir, false)
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	for _, first := range firsts {
+		if first > target.first {
+			if err := l.fs.Remove(l.path(segName(first))); err != nil {
+				return fmt.Errorf("wal: %w", err)
+			}
+		}
+	}
+	name := segName(target.first)
+	buf, err := readSegment(l.fs, l.path(name))
+	if err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	off := 0
+	for idx := target.first; idx <= index; idx++ {
+		_, _, n, err := decodeFrame(buf[off:], l.cfg.MaxRecordSize)
+		if err != nil {
+			return &CorruptionError{Segment: name, Offset: int64(off), Index: idx, Reason: "during truncation: " + err.Error()}
+		}
+		off += n
+	}
+	end := int64(len(buf))
+	for end > int64(off) && buf[end-1] == 0 {
+		end--
+	}
+	if l.active != nil && l.activeSeg != target.first {
+		l.active.Close()
+		l.active = nil
+	}
+	if err := l.zeroRange(name, int64(off), end); err != nil {
+		return err
+	}
+	if err := l.fs.Remove(l.path(truncateName)); err != nil {
+		return fmt.Errorf("wal: %w", err)
+	}
+	if err := l.dir.Sync(); err != nil {
+		return fmt.Errorf("wal: sync directory: %w", err)
+	}
+	if running && l.active == nil {
+		if l.active, err = l.fs.OpenReadWrite(l.path(name), vfs.WriteCategoryUnspecified); err != nil {
+			return fmt.Errorf("wal: %w", err)
+		}
+		l.activeSeg = target.first
+	}
+	l.mu.Lock()
+	target.last, target.end = index, int64(off)
+	l.mu.segs = append(segs[:k:k], target)
+	l.mu.next, l.mu.off = index+1, int64(off)
+	if l.mu.written > index {
+		l.mu.written = index
+	}
+	if l.mu.durable > index {
+		l.mu.durable = index
+	}
+	l.mu.Unlock()
+	l.dirty = false
+	return nil
+}
+
+func (l *Log) writeTruncateMark(index uint64) error {
+	var b [truncMarkSize]byte
+	binary.LittleEndian.PutUint64(b[:8], index)
+	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
+	tmp := l.path(truncateName + tmpSuffix)
+	f, err := l.fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b[:]); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := l.fs.Rename(tmp, l.path(truncateName)); err != nil {
+		return err
+	}
+	return l.dir.Sync()
+}
+
+func (l *Log) readTruncateMark() (uint64, bool, error) {
+	f, err := l.fs.Open(l.path(truncateName))
+	if err != nil {
+		if errors.Is(err, fsNotExist) || isNotExist(err) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("wal: %w", err)
+	}
+	defer f.Close()
+	var b [truncMarkSize]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return 0, false, &CorruptionError{Segment: truncateName, Reason: "short truncation marker"}
+	}
+	if crc32.Checksum(b[:8], castagnoli) != binary.LittleEndian.Uint32(b[8:]) {
+		return 0, false, &CorruptionError{Segment: truncateName, Reason: "truncation marker checksum mismatch"}
+	}
+	return binary.LittleEndian.Uint64(b[:8]), true, nil
+}

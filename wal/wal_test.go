@@ -1,0 +1,354 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func TestAppendReadReopen(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	l := mustOpen(t, testConfig(fs, BatchPolicy()))
+	ctx := context.Background()
+	const n = 500 // about 11 segments of 8 KiB
+	for i := 1; i <= n; i++ {
+		idx, err := l.Append(ctx, payload(0, i))
+		if err != nil || idx != uint64(i) {
+			t.Fatalf("append %d: index %d, %v", i, idx, err)
+		}
+	}
+	idx, err := l.AppendBatch(ctx, [][]byte{payload(1, 1), payload(1, 2), {}})
+	if err != nil || idx != n+1 {
+		t.Fatalf("batch: %d, %v", idx, err)
+	}
+	check := func(l *Log) {
+		t.Helper()
+		all := readAll(t, l)
+		if len(all) != n+3 || l.LastIndex() != n+3 || l.FirstIndex() != 1 {
+			t.Fatalf("%d records, first %d, last %d", len(all), l.FirstIndex(), l.LastIndex())
+		}
+		for i := 1; i <= n; i++ {
+			if !bytes.Equal(all[uint64(i)], payload(0, i)) {
+				t.Fatalf("record %d differs", i)
+			}
+		}
+		if got, _ := l.Read(n + 2); !bytes.Equal(got, payload(1, 2)) {
+			t.Fatalf("Read(%d) = %q", n+2, got)
+		}
+		if got, err := l.Read(n + 3); err != nil || len(got) != 0 {
+			t.Fatalf("empty record: %q, %v", got, err)
+		}
+		if _, err := l.Read(n + 4); !errors.Is(err, ErrOutOfRange) {
+			t.Fatalf("Read past the end: %v", err)
+		}
+	}
+	check(l)
+	if segs := l.Recovery().Segments; segs != 1 {
+		t.Fatalf("fresh log reports %d segments", segs)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	l = mustOpen(t, testConfig(fs, GroupPolicy(time.Millisecond)))
+	defer l.Close()
+	rec := l.Recovery()
+	if rec.Segments < 5 || rec.LastIndex != n+3 || rec.TornTail != nil {
+		t.Fatalf("recovery: %+v", rec)
+	}
+	check(l)
+	if idx, err := l.Append(ctx, []byte("after")); err != nil || idx != n+4 {
+		t.Fatalf("append after reopen: %d, %v", idx, err)
+	}
+	if _, err := l.Append(ctx, make([]byte, 2<<10+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized record: %v", err)
+	}
+}
+
+func TestPoliciesConcurrent(t *testing.T) {
+	for _, p := range policies {
+		t.Run(p.String(), func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			l := mustOpen(t, testConfig(fs, p))
+			const writers, each = 8, 60
+			var wg sync.WaitGroup
+			seen := make([]map[uint64]int, writers)
+			for w := range writers {
+				wg.Add(1)
+				seen[w] = map[uint64]int{}
+				go func() {
+					defer wg.Done()
+					for s := range each {
+						idx, err := l.Append(context.Background(), payload(w, s))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						seen[w][idx] = s
+					}
+				}()
+			}
+			wg.Wait()
+			st := l.Stats()
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = mustOpen(t, testConfig(fs, p))
+			defer l.Close()
+			all := readAll(t, l)
+			if len(all) != writers*each {
+				t.Fatalf("%d records, want %d", len(all), writers*each)
+			}
+			for w := range writers {
+				last := uint64(0)
+				for idx, s := range seen[w] {
+					if !bytes.Equal(all[idx], payload(w, s)) {
+						t.Fatalf("index %d holds %q, want writer %d seq %d", idx, all[idx], w, s)
+					}
+					_ = last
+				}
+			}
+			if p.Kind != Periodic && st.Syncs == 0 {
+				t.Fatalf("no fsync under %v", p)
+			}
+			t.Logf("%v: %d appends, %d writes, %d fsyncs", p, st.Appends, st.Writes, st.Syncs)
+		})
+	}
+}
+
+// TestAckAfterSync holds the disk's fsync and checks, for every policy
+// but Periodic, that no append returns before an fsync that started after
+// its record was written has returned, and that a record appended while an
+// fsync is in flight waits for the next one.
+func TestAckAfterSync(t *testing.T) {
+	for _, p := range []Policy{BatchPolicy(), GroupPolicy(time.Millisecond), CountPolicy(1, time.Millisecond)} {
+		t.Run(p.String(), func(t *testing.T) {
+			g := newGateFS(vfs.NewCrashableMem())
+			l := mustOpen(t, testConfig(g, p))
+			defer l.Close()
+			g.hold.Store(true)
+			a := appendAsync(l, []byte("a"))
+			release1 := <-g.waiting // the fsync covering a has started, and is held
+			b := appendAsync(l, []byte("b"))
+			time.Sleep(20 * time.Millisecond)
+			select {
+			case err := <-a:
+				t.Fatalf("a acknowledged while its fsync is held (err %v)", err)
+			case err := <-b:
+				t.Fatalf("b acknowledged while no fsync covering it ran (err %v)", err)
+			default:
+			}
+			close(release1)
+			if err := <-a; err != nil {
+				t.Fatal(err)
+			}
+			release2 := <-g.waiting // b needs an fsync of its own
+			select {
+			case err := <-b:
+				t.Fatalf("b acknowledged by the fsync that started before it was written (err %v)", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+			close(release2)
+			if err := <-b; err != nil {
+				t.Fatal(err)
+			}
+			if d := l.DurableIndex(); d != 2 {
+				t.Fatalf("durable index %d, want 2", d)
+			}
+			g.hold.Store(false)
+		})
+	}
+}
+
+func TestPeriodicAcksBeforeSync(t *testing.T) {
+	g := newGateFS(vfs.NewCrashableMem())
+	l := mustOpen(t, testConfig(g, PeriodicPolicy(time.Hour)))
+	g.hold.Store(true)
+	for i := range 10 {
+		if _, err := l.Append(context.Background(), payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.started.Load() != 0 || l.DurableIndex() != 0 {
+		t.Fatalf("periodic synced early: %d fsyncs, durable %d", g.started.Load(), l.DurableIndex())
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Close() }()
+	close(<-g.waiting) // Close fsyncs what is left
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCountPolicy(t *testing.T) {
+	g := newGateFS(vfs.NewCrashableMem())
+	l := mustOpen(t, testConfig(g, CountPolicy(4, time.Hour)))
+	defer l.Close()
+	var acks []chan error
+	for i := range 3 {
+		acks = append(acks, appendAsync(l, payload(0, i)))
+	}
+	time.Sleep(30 * time.Millisecond)
+	if n := g.started.Load(); n != 0 {
+		t.Fatalf("fsync with 3 of 4 records pending (%d)", n)
+	}
+	acks = append(acks, appendAsync(l, payload(0, 3)))
+	for _, a := range acks {
+		if err := <-a; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.started.Load(); n != 1 {
+		t.Fatalf("%d fsyncs for one batch of 4", n)
+	}
+	// MaxWait bounds the wait of a lone record.
+	l2 := mustOpen(t, func() Config { c := testConfig(vfs.NewCrashableMem(), CountPolicy(1000, 5*time.Millisecond)); return c }())
+	defer l2.Close()
+	start := time.Now()
+	if _, err := l2.Append(context.Background(), []byte("lone")); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 5*time.Millisecond {
+		t.Fatal("lone record acknowledged before max wait with the count unmet")
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	g := newGateFS(vfs.NewCrashableMem())
+	cfg := testConfig(g, BatchPolicy())
+	cfg.MaxPending = 4 << 10
+	l := mustOpen(t, cfg)
+	defer l.Close()
+	g.hold.Store(true)
+	first := appendAsync(l, make([]byte, 100))
+	release := <-g.waiting // a round is in flight; the queue fills behind it
+	var queued []chan error
+	for range 3 {
+		queued = append(queued, appendAsync(l, make([]byte, 1000)))
+	}
+	time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := l.Append(ctx, make([]byte, 2000)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("append over the pending bound: %v, want it to block until the deadline", err)
+	}
+	last := l.LastIndex()
+	g.hold.Store(false)
+	close(release)
+	for _, c := range append(queued, first) {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(readAll(t, l)); uint64(got) != last || last != 4 {
+		t.Fatalf("%d records, last index %d: the refused append must not be in the log", got, last)
+	}
+}
+
+func TestTruncateFront(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	l := mustOpen(t, testConfig(fs, BatchPolicy()))
+	ctx := context.Background()
+	for i := 1; i <= 300; i++ {
+		if _, err := l.Append(ctx, payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.TruncateFront(150); err != nil {
+		t.Fatal(err)
+	}
+	first := l.FirstIndex()
+	if first > 150 || first < 100 {
+		t.Fatalf("first index %d after TruncateFront(150)", first)
+	}
+	if _, err := l.Read(first - 1); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("read below the first index: %v", err)
+	}
+	l.Close()
+	l = mustOpen(t, testConfig(fs, BatchPolicy()))
+	defer l.Close()
+	if l.FirstIndex() != first || l.LastIndex() != 300 {
+		t.Fatalf("after reopen: %d..%d, want %d..300", l.FirstIndex(), l.LastIndex(), first)
+	}
+	all := readAll(t, l)
+	for i := first; i <= 300; i++ {
+		if !bytes.Equal(all[i], payload(0, int(i))) {
+			t.Fatalf("record %d lost", i)
+		}
+	}
+}
+
+func TestTruncateAfter(t *testing.T) {
+	ctx := context.Background()
+	for _, cut := range []uint64{0, 1, 37, 120, 199, 200} {
+		fs := vfs.NewCrashableMem()
+		l := mustOpen(t, testConfig(fs, GroupPolicy(time.Millisecond)))
+		for i := 1; i <= 200; i++ {
+			if _, err := l.Append(ctx, payload(0, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.TruncateAfter(ctx, cut); err != nil {
+			t.Fatalf("TruncateAfter(%d): %v", cut, err)
+		}
+		if l.LastIndex() != cut {
+			t.Fatalf("TruncateAfter(%d): last index %d", cut, l.LastIndex())
+		}
+		for i := 1; i <= 20; i++ {
+			if idx, err := l.Append(ctx, payload(1, i)); err != nil || idx != cut+uint64(i) {
+				t.Fatalf("append after truncation: %d, %v", idx, err)
+			}
+		}
+		l.Close()
+		l = mustOpen(t, testConfig(fs, BatchPolicy()))
+		all := readAll(t, l)
+		if uint64(len(all)) != cut+20 || l.Recovery().TornTail != nil {
+			t.Fatalf("cut %d: %d records after reopen, recovery %+v", cut, len(all), l.Recovery())
+		}
+		for i := uint64(1); i <= cut+20; i++ {
+			want := payload(0, int(i))
+			if i > cut {
+				want = payload(1, int(i-cut))
+			}
+			if !bytes.Equal(all[i], want) {
+				t.Fatalf("cut %d: record %d = %q", cut, i, all[i])
+			}
+		}
+		if err := l.TruncateAfter(ctx, cut+21); !errors.Is(err, ErrOutOfRange) {
+			t.Fatalf("truncate past the end: %v", err)
+		}
+		l.Close()
+	}
+}
+
+func TestOpenLocks(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	l := mustOpen(t, testConfig(fs, BatchPolicy()))
+	defer l.Close()
+	if _, err := Open(testConfig(fs, BatchPolicy())); err == nil {
+		t.Fatal("a second Open of the same directory succeeded")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{FS: vfs.NewMem(), Policy: BatchPolicy()},
+		{Dir: "/w", FS: vfs.NewMem()},
+		{Dir: "/w", FS: vfs.NewMem(), Policy: GroupPolicy(0)},
+		{Dir: "/w", FS: vfs.NewMem(), Policy: CountPolicy(0, time.Second)},
+		{Dir: "/w", FS: vfs.NewMem(), Policy: PeriodicPolicy(-1)},
+		{Dir: "/w", FS: vfs.NewMem(), Policy: BatchPolicy(), SegmentSize: 100},
+		{Dir: "/w", FS: vfs.NewMem(), Policy: BatchPolicy(), MaxPending: -1},
+	} {
+		if _, err := Open(c); err == nil {
+			t.Errorf("Open(%+v) accepted a bad config", c)
+		}
+	}
+}
