@@ -472,8 +472,17 @@ func (l *Log) Sync(ctx context.Context) error {
 
 // ---- the syncer ----------------------------------------------------------
 
+// Waits shorter than preciseWait are slept precisely (preciseSleep), in
+// chunks of at most pollChunk, looking for work between chunks; longer ones
+// block on the channels with a runtime timer that ends preciseWait early.
+const (
+	preciseWait = 1500 * time.Microsecond
+	pollChunk   = 500 * time.Microsecond
+)
+
 func (l *Log) syncLoop() {
 	defer close(l.done)
+	lockSyncerThread()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -488,26 +497,34 @@ func (l *Log) syncLoop() {
 			}
 			continue
 		}
+		if a.wait > 0 && a.wait <= preciseWait {
+			preciseSleep(min(a.wait, pollChunk))
+			select {
+			case req := <-l.truncReq:
+				if !l.serveTruncate(req) {
+					return
+				}
+			case <-l.stop:
+				l.finalRound()
+				return
+			default:
+			}
+			continue
+		}
 		var tc <-chan time.Time
 		if a.wait > 0 {
-			timer.Reset(a.wait)
+			timer.Reset(a.wait - preciseWait)
 			tc = timer.C
 		}
 		select {
 		case <-l.wake:
 		case <-tc:
 		case req := <-l.truncReq:
-			err := l.truncate(req.index)
-			req.done <- err
-			if err != nil {
+			if !l.serveTruncate(req) {
 				return
 			}
 		case <-l.stop:
-			// Close: write and sync whatever is left, under every policy.
-			l.mu.Lock()
-			l.mu.forced = append(l.mu.forced, make(chan error, 1))
-			l.mu.Unlock()
-			l.round(true)
+			l.finalRound()
 			return
 		}
 		if tc != nil && !timer.Stop() {
@@ -517,6 +534,20 @@ func (l *Log) syncLoop() {
 			}
 		}
 	}
+}
+
+func (l *Log) serveTruncate(req truncRequest) bool {
+	err := l.truncate(req.index)
+	req.done <- err
+	return err == nil
+}
+
+// finalRound, at Close, writes and syncs whatever is left, under every policy.
+func (l *Log) finalRound() {
+	l.mu.Lock()
+	l.mu.forced = append(l.mu.forced, make(chan error, 1))
+	l.mu.Unlock()
+	l.round(true)
 }
 
 // round writes the pending records and, if doSync, fdatasyncs. It returns

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package wal
+
+import "time"
+
+func lockSyncerThread() {}
+
+func preciseSleep(d time.Duration) { time.Sleep(d) }
