@@ -122,9 +122,12 @@ func RunWAL(ctx context.Context, cfg WALConfig) (WALResult, error) {
 			defer wg.Done()
 			local := hdrhistogram.New(1, 60_000_000, 3)
 			defer func() { mu.Lock(); h.Merge(local); mu.Unlock() }()
-			// Open loop: writer w's k-th append is due at start + (w + k·W)/R;
-			// latency counts from when it was due, so time spent queueing
-			// behind a slow append is not hidden.
+			// Open loop: writer w's k-th append is due at start + (w + k·W)/R.
+			// When the log made the writer late (its previous append ended
+			// after this one was due), latency counts from when it was due,
+			// so queueing is not hidden; when only the writer's own sleep
+			// overshot (Go timers can be a millisecond late), from when it
+			// was sent.
 			var interval time.Duration
 			next := start
 			if cfg.Rate > 0 {
@@ -133,17 +136,19 @@ func RunWAL(ctx context.Context, cfg WALConfig) (WALResult, error) {
 			}
 			for ctx.Err() == nil {
 				now := time.Now()
+				from := next
 				if cfg.Rate > 0 {
 					if next.After(end) {
 						return
 					}
 					if d := next.Sub(now); d > 0 {
 						time.Sleep(d)
+						from = time.Now()
 					}
 				} else if now.After(end) {
 					return
 				} else {
-					next = now
+					next, from = now, now
 				}
 				if _, err := l.Append(ctx, payload); err != nil {
 					mu.Lock()
@@ -153,7 +158,7 @@ func RunWAL(ctx context.Context, cfg WALConfig) (WALResult, error) {
 					mu.Unlock()
 					return
 				}
-				_ = local.RecordValue(max(1, time.Since(next).Microseconds()))
+				_ = local.RecordValue(max(1, time.Since(from).Microseconds()))
 				appends.Add(1)
 				next = next.Add(interval)
 			}

@@ -97,6 +97,7 @@ type Log struct {
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the syncer has exited
 	prep     chan prepared // zero-filled segment files, ready to use
+	prepNeed chan struct{} // capacity 1: the syncer asks for the next segment
 	prepStop chan struct{}
 	prepDone chan struct{}
 	truncReq chan truncRequest
@@ -121,7 +122,7 @@ type Log struct {
 		appends        uint64
 		truncating     bool
 		forced         []chan error // Sync calls waiting
-		spare          [][]byte     // chunk buffers for reuse
+		spare          [][]byte     // chunk buffers for reuse, at most maxSpare
 	}
 }
 
@@ -164,7 +165,7 @@ func Open(cfg Config) (*Log, error) {
 	}
 	l := &Log{cfg: cfg, fs: fs, lock: lock,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		prep: make(chan prepared), prepStop: make(chan struct{}), prepDone: make(chan struct{}),
+		prep: make(chan prepared), prepNeed: make(chan struct{}, 1), prepStop: make(chan struct{}), prepDone: make(chan struct{}),
 		truncReq: make(chan truncRequest)}
 	l.mu.cond = sync.NewCond(&l.mu.Mutex)
 	if err := l.recover(); err != nil {
@@ -482,7 +483,9 @@ const (
 
 func (l *Log) syncLoop() {
 	defer close(l.done)
-	lockSyncerThread()
+	if l.cfg.Policy.Kind == Group || l.cfg.Policy.Kind == Count {
+		lockSyncerThread() // only these sleep precisely
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -550,6 +553,9 @@ func (l *Log) finalRound() {
 	l.round(true)
 }
 
+// maxSpare bounds the chunk buffers kept for reuse.
+const maxSpare = 8
+
 // round writes the pending records and, if doSync, fdatasyncs. It returns
 // false if the log failed.
 func (l *Log) round(doSync bool) bool {
@@ -569,7 +575,7 @@ func (l *Log) round(doSync bool) bool {
 		l.mu.Lock()
 		l.mu.written = last
 		for _, c := range chunks {
-			if cap(c.data) <= 1<<20 {
+			if cap(c.data) <= 1<<20 && len(l.mu.spare) < maxSpare {
 				l.mu.spare = append(l.mu.spare, c.data)
 			}
 		}
@@ -615,6 +621,7 @@ func (l *Log) writeChunks(chunks []chunk) error {
 				l.syncs.Add(1)
 				l.dirty = false
 			}
+			l.askPrepare()
 			p := <-l.prep
 			if p.err != nil {
 				return p.err
@@ -631,6 +638,9 @@ func (l *Log) writeChunks(chunks []chunk) error {
 		}
 		if _, err := l.active.WriteAt(c.data, c.off); err != nil {
 			return err
+		}
+		if c.off+int64(len(c.data)) > l.cfg.SegmentSize/2 {
+			l.askPrepare()
 		}
 		l.dirty = true
 		l.writes.Add(1)
@@ -661,11 +671,17 @@ func (l *Log) fail(err error, r *round, forced []chan error) {
 	}
 }
 
-// prepareLoop keeps one zero-filled segment file ready, so rotation does
-// not wait for a preallocation.
+// prepareLoop zero-fills the next segment when the syncer asks (the active
+// one is half full), so rotation rarely waits for a preallocation and an
+// idle or young log does not write a whole spare segment.
 func (l *Log) prepareLoop() {
 	defer close(l.prepDone)
 	for i := 0; ; i++ {
+		select {
+		case <-l.prepNeed:
+		case <-l.prepStop:
+			return
+		}
 		path := l.path(fmt.Sprintf("prepared-%d%s", i, tmpSuffix))
 		err := zeroFill(l.fs, path, l.cfg.SegmentSize)
 		select {
@@ -677,6 +693,14 @@ func (l *Log) prepareLoop() {
 			_ = l.fs.Remove(path)
 			return
 		}
+	}
+}
+
+// askPrepare asks the preparer for the next segment; asks coalesce.
+func (l *Log) askPrepare() {
+	select {
+	case l.prepNeed <- struct{}{}:
+	default:
 	}
 }
 
