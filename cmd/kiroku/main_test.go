@@ -68,3 +68,33 @@ func TestBenchStorageRuns(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchWALRuns(t *testing.T) {
+	out, err := run(t, "bench", "wal", "--sync=group", "--window=1ms", "--writers=4", "--duration=200ms",
+		"--dir", t.TempDir(), "--json")
+	if err != nil {
+		t.Fatalf("bench wal: %v\n%s", err, out)
+	}
+	var res []struct {
+		Mode    string
+		Appends int64
+		Fsyncs  uint64
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(res) != 2 || res[0].Mode != "group" || res[1].Mode != "raw" {
+		t.Fatalf("want the policy and the raw baseline, got %+v", res)
+	}
+	for _, r := range res {
+		if r.Appends == 0 || r.Fsyncs == 0 {
+			t.Fatalf("%s measured nothing: %+v", r.Mode, r)
+		}
+	}
+	if _, err := run(t, "bench", "wal", "--sync=nope", "--duration=10ms", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "unknown mode") {
+		t.Fatalf("unknown mode: %v", err)
+	}
+	if _, err := run(t, "bench", "wal", "--curve", "--rates=abc", "--dir", t.TempDir()); err == nil {
+		t.Fatal("a bad --rates must fail")
+	}
+}
