@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -203,7 +202,3 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 	}
 	return f.Close()
 }
-
-var fsNotExist = oserror.ErrNotExist
-
-func isNotExist(err error) bool { return oserror.IsNotExist(err) }

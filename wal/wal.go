@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -488,6 +489,8 @@ func (l *Log) syncLoop() {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	expired := make(chan time.Time)
+	close(expired)
 	for {
 		l.mu.Lock()
 		st := syncState{now: time.Now(), pending: l.mu.pendingCount, firstPendingAt: l.mu.firstPendingAt,
@@ -500,22 +503,13 @@ func (l *Log) syncLoop() {
 			}
 			continue
 		}
-		if a.wait > 0 && a.wait <= preciseWait {
-			preciseSleep(min(a.wait, pollChunk))
-			select {
-			case req := <-l.truncReq:
-				if !l.serveTruncate(req) {
-					return
-				}
-			case <-l.stop:
-				l.finalRound()
-				return
-			default:
-			}
-			continue
-		}
 		var tc <-chan time.Time
-		if a.wait > 0 {
+		switch {
+		case a.wait > 0 && a.wait <= preciseWait:
+			// Sleep precisely, then look for requests and decide again.
+			preciseSleep(min(a.wait, pollChunk))
+			tc = expired
+		case a.wait > 0:
 			timer.Reset(a.wait - preciseWait)
 			tc = timer.C
 		}
@@ -530,7 +524,7 @@ func (l *Log) syncLoop() {
 			l.finalRound()
 			return
 		}
-		if tc != nil && !timer.Stop() {
+		if tc == timer.C && !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
@@ -1006,7 +1000,7 @@ func (l *Log) writeTruncateMark(index uint64) error {
 func (l *Log) readTruncateMark() (uint64, bool, error) {
 	f, err := l.fs.Open(l.path(truncateName))
 	if err != nil {
-		if errors.Is(err, fsNotExist) || isNotExist(err) {
+		if oserror.IsNotExist(err) {
 			return 0, false, nil
 		}
 		return 0, false, fmt.Errorf("wal: %w", err)
