@@ -110,7 +110,7 @@ func RunWAL(ctx context.Context, cfg WALConfig) (WALResult, error) {
 	}
 	var appends atomic.Int64
 	var mu sync.Mutex
-	h := hdrhistogram.New(1, 60_000_000, 3)
+	h := newHist()
 	var firstErr error
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -120,7 +120,7 @@ func RunWAL(ctx context.Context, cfg WALConfig) (WALResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			local := hdrhistogram.New(1, 60_000_000, 3)
+			local := newHist()
 			defer func() { mu.Lock(); h.Merge(local); mu.Unlock() }()
 			// Open loop: writer w's k-th append is due at start + (w + k·W)/R.
 			// When the log made the writer late (its previous append ended
@@ -205,7 +205,7 @@ func RunRaw(ctx context.Context, cfg WALConfig) (WALResult, error) {
 	}
 	defer f.Close()
 	rec := make([]byte, cfg.RecordSize)
-	h := hdrhistogram.New(1, 60_000_000, 3)
+	h := newHist()
 	starts := make([]time.Time, cfg.Count)
 	var appends int64
 	var fsyncs uint64

@@ -69,6 +69,12 @@ type Mutation interface {
 	target() (namespace, table string, partition, clustering Values)
 }
 
+// MutationTable returns the namespace and table a mutation addresses.
+func MutationTable(m Mutation) (namespace, table string) {
+	ns, tb, _, _ := m.target()
+	return ns, tb
+}
+
 func (p *Put) target() (string, string, Values, Values) {
 	return p.Namespace, p.Table, p.Partition, p.Clustering
 }

@@ -68,8 +68,7 @@ Each figure is reported per run and as the median over --runs runs.`,
 			out := cmd.OutOrStdout()
 			if !asJSON {
 				fmt.Fprintf(out, "bench storage: backend=%s ops=%d value=%dB workers=%d accounts=%d duration=%s runs=%d cpus=%d %s\n",
-					backend, orDefault(cfg.Ops, 2000), orDefault(cfg.ValueSize, 100), orDefault(cfg.Workers, 16),
-					orDefault(cfg.Accounts, 1000), orDur(cfg.Duration, 5*time.Second), orDefault(cfg.Runs, 3), runtime.NumCPU(),
+					backend, cfg.Ops, cfg.ValueSize, cfg.Workers, cfg.Accounts, cfg.Duration, cfg.Runs, runtime.NumCPU(),
 					time.Now().UTC().Format(time.RFC3339))
 			}
 			runs, err := bench.RunStorage(ctx, cfg, targets, func(r bench.TargetResult) {
@@ -107,20 +106,6 @@ Each figure is reported per run and as the median over --runs runs.`,
 	f.IntVar(&cfg.Runs, "runs", 3, "repetitions (medians are reported)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func orDefault(v, d int) int {
-	if v == 0 {
-		return d
-	}
-	return v
-}
-
-func orDur(v, d time.Duration) time.Duration {
-	if v == 0 {
-		return d
-	}
-	return v
 }
 
 func printResults(w io.Writer, rs []bench.TargetResult) {

@@ -62,30 +62,48 @@ func condFailed(op string, t *relTable, detail string) error {
 	return &storage.Error{Kind: storage.ErrConditionNotMet, Op: op, Namespace: t.Namespace, Table: t.Name, Detail: detail}
 }
 
-// put and delete run one statement on q; autocommit says whether it
-// commits on its own (q is the pool) or inside a transaction.
-func (b *Backend) put(ctx context.Context, q querier, autocommit bool, t *relTable, p *storage.Put) error {
-	sql, args := putSQL(t, p)
+// write runs the statement of one Put or Delete on q and checks its
+// condition; autocommit says whether it commits on its own (q is a pooled
+// connection) or inside a transaction.
+func (b *Backend) write(ctx context.Context, q querier, autocommit bool, t *relTable, m storage.Mutation) error {
+	var (
+		op, sql string
+		args    []any
+		cond    *storage.Condition
+	)
+	switch m := m.(type) {
+	case *storage.Put:
+		op, cond = "put", m.Condition
+		sql, args = putSQL(t, m)
+	case *storage.Delete:
+		op, cond = "delete", m.Condition
+		sql, args = deleteSQL(t, m)
+	}
 	tag, err := q.Exec(ctx, sql, args...)
 	if err != nil {
-		return b.mapErr("put", t, err, autocommit)
+		return b.mapErr(op, t, err, autocommit)
 	}
-	if p.Condition != nil && tag.RowsAffected() == 0 {
-		return condFailed("put", t, "")
+	if cond != nil && tag.RowsAffected() == 0 {
+		return condFailed(op, t, "")
 	}
 	return nil
 }
 
-func (b *Backend) delete(ctx context.Context, q querier, autocommit bool, t *relTable, d *storage.Delete) error {
-	sql, args := deleteSQL(t, d)
-	tag, err := q.Exec(ctx, sql, args...)
-	if err != nil {
-		return b.mapErr("delete", t, err, autocommit)
-	}
-	if d.Condition != nil && tag.RowsAffected() == 0 {
-		return condFailed("delete", t, "")
-	}
-	return nil
+// writeOne is Put and Delete: one autocommitted statement. The schema is
+// looked up inside the retry loop, so a table replaced by another process
+// is reloaded and the request checked again.
+func (b *Backend) writeOne(ctx context.Context, op string, m storage.Mutation) error {
+	ns, name := storage.MutationTable(m)
+	return b.retry(ctx, func() error {
+		t, err := b.table(ctx, op, ns, name)
+		if err != nil {
+			return err
+		}
+		if err := t.CheckMutation(m, b.limits); err != nil {
+			return err
+		}
+		return b.onConn(ctx, op, t, func(c querier) error { return b.write(ctx, c, true, t, m) })
+	})
 }
 
 // onConn runs an autocommitted write on a connection of its own. Failing to
@@ -120,31 +138,11 @@ func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, fou
 }
 
 // Put implements storage.Store.
-func (b *Backend) Put(ctx context.Context, p *storage.Put) error {
-	return b.retry(ctx, func() error {
-		t, err := b.table(ctx, "put", p.Namespace, p.Table)
-		if err != nil {
-			return err
-		}
-		if err := t.CheckPut(p, b.limits); err != nil {
-			return err
-		}
-		return b.onConn(ctx, "put", t, func(c querier) error { return b.put(ctx, c, true, t, p) })
-	})
-}
+func (b *Backend) Put(ctx context.Context, p *storage.Put) error { return b.writeOne(ctx, "put", p) }
 
 // Delete implements storage.Store.
 func (b *Backend) Delete(ctx context.Context, d *storage.Delete) error {
-	return b.retry(ctx, func() error {
-		t, err := b.table(ctx, "delete", d.Namespace, d.Table)
-		if err != nil {
-			return err
-		}
-		if err := t.CheckDelete(d, b.limits); err != nil {
-			return err
-		}
-		return b.onConn(ctx, "delete", t, func(c querier) error { return b.delete(ctx, c, true, t, d) })
-	})
+	return b.writeOne(ctx, "delete", d)
 }
 
 // Mutate implements storage.Store: the mutations run in one transaction,
@@ -171,12 +169,7 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx))
 		for i, m := range ms {
-			switch m := m.(type) {
-			case *storage.Put:
-				err = b.put(ctx, tx, false, t, m)
-			case *storage.Delete:
-				err = b.delete(ctx, tx, false, t, m)
-			}
+			err := b.write(ctx, tx, false, t, m)
 			if errors.Is(err, storage.ErrConditionNotMet) {
 				return condFailed(op, t, fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms)))
 			}
@@ -320,26 +313,19 @@ func (x *txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	return storage.SliceRows(out), nil
 }
 
-func (x *txn) Put(ctx context.Context, p *storage.Put) error {
-	t, err := x.table(ctx, "put", p.Namespace, p.Table)
-	if err != nil {
-		return err
-	}
-	if err := t.CheckPut(p, x.b.limits); err != nil {
-		return err
-	}
-	return x.end(ctx, x.b.put(ctx, x.tx, false, t, p))
-}
+func (x *txn) Put(ctx context.Context, p *storage.Put) error       { return x.write(ctx, "put", p) }
+func (x *txn) Delete(ctx context.Context, d *storage.Delete) error { return x.write(ctx, "delete", d) }
 
-func (x *txn) Delete(ctx context.Context, d *storage.Delete) error {
-	t, err := x.table(ctx, "delete", d.Namespace, d.Table)
+func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
+	ns, name := storage.MutationTable(m)
+	t, err := x.table(ctx, op, ns, name)
 	if err != nil {
 		return err
 	}
-	if err := t.CheckDelete(d, x.b.limits); err != nil {
+	if err := t.CheckMutation(m, x.b.limits); err != nil {
 		return err
 	}
-	return x.end(ctx, x.b.delete(ctx, x.tx, false, t, d))
+	return x.end(ctx, x.b.write(ctx, x.tx, false, t, m))
 }
 
 func (x *txn) Commit(ctx context.Context) error {
