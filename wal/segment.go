@@ -113,9 +113,9 @@ type scanResult struct {
 // ends there. Otherwise the bytes past it are either a torn tail (records
 // being written when the machine stopped, never acknowledged) or corruption
 // in the middle of the log. Segments are zero-filled before use, so a write
-// that never reached the disk leaves zeros: a tear shows a zero header or a
-// whole zero sector (512 aligned bytes) before the next intact record, or
-// no intact next record at all. A bad record that is followed by an intact
+// that never reached the disk leaves zeros: a tear shows a zero header, a
+// whole zero sector (512 aligned bytes), or zeros up to a sector boundary,
+// before the next intact record; or no intact next record at all. A bad record that is followed by an intact
 // record of the next index, with no such lost sector in between, is
 // corruption: the tail is written in order, and a record is acknowledged
 // only once an fsync covering every byte before it returned.
@@ -142,7 +142,7 @@ func scanSegment(buf []byte, first uint64, maxPayload int) scanResult {
 				}
 			}
 			if next := findFrame(buf, off+1, want+1, maxPayload); next >= 0 {
-				r.corrupt = !errors.Is(err, errZero) && !hasZeroSector(buf, off, next)
+				r.corrupt = !errors.Is(err, errZero) && !lostWrite(buf, off, next)
 			}
 			return r
 		}
@@ -154,9 +154,16 @@ func scanSegment(buf []byte, first uint64, maxPayload int) scanResult {
 
 const sectorSize = 512
 
-// hasZeroSector reports whether buf[from:to] contains a whole sector-aligned
-// block of zeros.
-func hasZeroSector(buf []byte, from, to int) bool {
+// lostWrite reports whether buf[from:to], the bytes between a bad frame and
+// the next intact one, show a write that never reached the disk. A lost
+// block keeps its last synced contents, and beyond the synced end that is
+// the zero-fill: so either a whole aligned sector of zeros lies in the
+// range, or zeros run from the bad frame to the next sector boundary (a
+// header that straddled the boundary of a lost block).
+func lostWrite(buf []byte, from, to int) bool {
+	if b := (from + sectorSize - 1) / sectorSize * sectorSize; b > from && b <= to && allZero(buf[from:b]) {
+		return true
+	}
 	for s := (from + sectorSize - 1) / sectorSize * sectorSize; s+sectorSize <= to; s += sectorSize {
 		if allZero(buf[s : s+sectorSize]) {
 			return true
@@ -201,4 +208,28 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// walkFrames decodes the records first..last of a segment already verified
+// by recovery, calling fn with each one's index, payload and offset, and
+// returns the offset just past the last. A frame that no longer decodes, or
+// carries another index, is a *CorruptionError.
+func walkFrames(buf []byte, name string, first, last uint64, maxPayload int, fn func(index uint64, payload []byte, off int) error) (int, error) {
+	off := 0
+	for idx := first; idx <= last; idx++ {
+		got, payload, n, err := decodeFrame(buf[off:], maxPayload)
+		if err == nil && got != idx {
+			err = fmt.Errorf("record carries index %d", got)
+		}
+		if err != nil {
+			return off, &CorruptionError{Segment: name, Offset: int64(off), Index: idx, Reason: err.Error()}
+		}
+		if fn != nil {
+			if err := fn(idx, payload, off); err != nil {
+				return off, err
+			}
+		}
+		off += n
+	}
+	return off, nil
 }

@@ -94,6 +94,9 @@ type Log struct {
 	lastSync  time.Time
 	dirty     bool
 
+	closeOnce sync.Once
+	closeErr  error
+
 	wake     chan struct{} // capacity 1: a nudge for the syncer
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the syncer has exited
@@ -104,6 +107,10 @@ type Log struct {
 	truncReq chan truncRequest
 
 	writes, syncs, bytes atomic.Uint64
+
+	// truncMu serializes TruncateFront and TruncateAfter: both change the
+	// segment list outside mu while they remove files.
+	truncMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -211,11 +218,14 @@ func (l *Log) recover() error {
 	if err != nil {
 		return err
 	}
+	// Segments past an interrupted truncation's target are removed by
+	// finishTruncate below; recovery does not read them.
+	beyondMark := func(i int) bool { return hasMark && i > 0 && firsts[i] > mark+1 }
 	var segs []segment
 	for i, first := range firsts {
 		name := segName(first)
-		if hasMark && first > mark+1 && i > 0 {
-			break // removed by the interrupted truncation: finished below
+		if beyondMark(i) {
+			break
 		}
 		if i > 0 && first != segs[i-1].last+1 {
 			return &CorruptionError{Segment: name, Index: segs[i-1].last + 1,
@@ -226,7 +236,7 @@ func (l *Log) recover() error {
 			return fmt.Errorf("wal: %w", err)
 		}
 		res := scanSegment(buf, first, l.cfg.MaxRecordSize)
-		sealed := i < len(firsts)-1 && !(hasMark && firsts[i+1] > mark+1)
+		sealed := i < len(firsts)-1 && !beyondMark(i+1)
 		seg := segment{first: first, last: res.last, end: res.end}
 		switch {
 		case hasMark && res.last >= mark:
@@ -327,7 +337,8 @@ func (l *Log) zeroRange(name string, from, to int64) error {
 // so it never returns without saying whether the record is in the log.
 // The log does not retain payload.
 func (l *Log) Append(ctx context.Context, payload []byte) (uint64, error) {
-	return l.append(ctx, payload, nil)
+	one := [1][]byte{payload}
+	return l.append(ctx, one[:])
 }
 
 // AppendBatch appends several records with consecutive indexes, atomically
@@ -337,20 +348,12 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte) (uint64, error
 	if len(payloads) == 0 {
 		return 0, errors.New("wal: empty batch")
 	}
-	return l.append(ctx, nil, payloads)
+	return l.append(ctx, payloads)
 }
 
-func (l *Log) append(ctx context.Context, one []byte, many [][]byte) (uint64, error) {
+func (l *Log) append(ctx context.Context, payloads [][]byte) (uint64, error) {
 	total := 0
-	count := len(many)
-	if many == nil {
-		count = 1
-		if len(one) > l.cfg.MaxRecordSize {
-			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(one), l.cfg.MaxRecordSize)
-		}
-		total = frameSize(len(one))
-	}
-	for _, p := range many {
+	for _, p := range payloads {
 		if len(p) > l.cfg.MaxRecordSize {
 			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(p), l.cfg.MaxRecordSize)
 		}
@@ -378,17 +381,13 @@ func (l *Log) append(ctx context.Context, one []byte, many [][]byte) (uint64, er
 	}
 	first := l.mu.next
 	wasIdle := l.mu.pendingCount == 0
-	if many == nil {
-		l.appendLocked(one)
-	} else {
-		for _, p := range many {
-			l.appendLocked(p)
-		}
+	for _, p := range payloads {
+		l.appendLocked(p)
 	}
 	if wasIdle {
 		l.mu.firstPendingAt = time.Now()
 	}
-	l.mu.appends += uint64(count)
+	l.mu.appends += uint64(len(payloads))
 	r := l.mu.round
 	nudge := wasIdle || l.cfg.Policy.Kind == Count && l.mu.pendingCount >= l.cfg.Policy.Count
 	l.mu.Unlock()
@@ -524,11 +523,8 @@ func (l *Log) syncLoop() {
 			l.finalRound()
 			return
 		}
-		if tc == timer.C && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		if tc == timer.C {
+			timer.Stop() // since Go 1.23 no stale tick can follow
 		}
 	}
 }
@@ -540,12 +536,7 @@ func (l *Log) serveTruncate(req truncRequest) bool {
 }
 
 // finalRound, at Close, writes and syncs whatever is left, under every policy.
-func (l *Log) finalRound() {
-	l.mu.Lock()
-	l.mu.forced = append(l.mu.forced, make(chan error, 1))
-	l.mu.Unlock()
-	l.round(true)
-}
+func (l *Log) finalRound() { l.round(true) }
 
 // maxSpare bounds the chunk buffers kept for reuse.
 const maxSpare = 8
@@ -556,8 +547,13 @@ func (l *Log) round(doSync bool) bool {
 	l.mu.Lock()
 	chunks, r := l.mu.pending, l.mu.round
 	last := l.mu.next - 1
-	forced := l.mu.forced
-	l.mu.pending, l.mu.pendingBytes, l.mu.pendingCount, l.mu.forced = nil, 0, 0, nil
+	// Sync callers are answered only by a round that fsyncs: one may have
+	// registered after the syncer decided on a write-only round (Periodic).
+	var forced []chan error
+	if doSync {
+		forced, l.mu.forced = l.mu.forced, nil
+	}
+	l.mu.pending, l.mu.pendingBytes, l.mu.pendingCount = nil, 0, 0
 	l.mu.round = newRound()
 	l.mu.cond.Broadcast() // room for blocked appenders
 	l.mu.Unlock()
@@ -702,23 +698,23 @@ func (l *Log) askPrepare() {
 // the log's goroutines and closes its files. It returns the error that
 // failed the log, if one did.
 func (l *Log) Close() error {
-	l.mu.Lock()
-	if l.mu.closing {
+	l.closeOnce.Do(func() {
+		l.truncMu.Lock() // let a truncation in progress finish
+		defer l.truncMu.Unlock()
+		l.mu.Lock()
+		l.mu.closing = true
+		l.mu.cond.Broadcast()
 		l.mu.Unlock()
+		close(l.stop)
 		<-l.done
-		return nil
-	}
-	l.mu.closing = true
-	l.mu.cond.Broadcast()
-	l.mu.Unlock()
-	close(l.stop)
-	<-l.done
-	close(l.prepStop)
-	<-l.prepDone
-	l.closeFiles()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.mu.failed
+		close(l.prepStop)
+		<-l.prepDone
+		l.closeFiles()
+		l.mu.Lock()
+		l.closeErr = l.mu.failed
+		l.mu.Unlock()
+	})
+	return l.closeErr
 }
 
 // ---- reading ------------------------------------------------------------
@@ -770,21 +766,15 @@ func (l *Log) Scan(from uint64, fn func(index uint64, payload []byte) error) err
 		if err != nil {
 			return fmt.Errorf("wal: %w", err)
 		}
-		off := 0
-		for idx := segs[i].first; idx <= min(segs[i].last, written); idx++ {
-			got, payload, n, err := decodeFrame(buf[off:], l.cfg.MaxRecordSize)
-			if err == nil && got != idx {
-				err = fmt.Errorf("carries index %d", got)
-			}
-			if err != nil {
-				return &CorruptionError{Segment: segName(segs[i].first), Offset: int64(off), Index: idx, Reason: err.Error()}
-			}
-			off += n
-			if idx >= from {
-				if err := fn(idx, payload); err != nil {
-					return err
+		_, err = walkFrames(buf, segName(segs[i].first), segs[i].first, min(segs[i].last, written), l.cfg.MaxRecordSize,
+			func(idx uint64, payload []byte, _ int) error {
+				if idx < from {
+					return nil
 				}
-			}
+				return fn(idx, payload)
+			})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -814,29 +804,34 @@ func (l *Log) Read(index uint64) ([]byte, error) {
 // last segment is always kept). It is for discarding a prefix covered by a
 // checkpoint; FirstIndex tells what remains.
 func (l *Log) TruncateFront(index uint64) error {
-	l.mu.Lock()
-	if l.mu.failed != nil {
-		err := l.mu.failed
-		l.mu.Unlock()
-		return err
-	}
-	var drop []uint64
-	for len(l.mu.segs) > 1 && l.mu.segs[1].first <= index {
-		drop = append(drop, l.mu.segs[0].first)
+	l.truncMu.Lock()
+	defer l.truncMu.Unlock()
+	for {
+		l.mu.Lock()
+		switch {
+		case l.mu.failed != nil:
+			err := l.mu.failed
+			l.mu.Unlock()
+			return err
+		case l.mu.closing:
+			l.mu.Unlock()
+			return ErrClosed
+		case len(l.mu.segs) < 2 || l.mu.segs[1].first > index:
+			l.mu.Unlock()
+			return nil
+		}
+		first := l.mu.segs[0].first
 		l.mu.segs = l.mu.segs[1:]
-	}
-	l.mu.Unlock()
-	for _, first := range drop {
+		l.mu.Unlock()
+		// Oldest first, each removal durable before the next, so a crash
+		// never leaves a gap between segments.
 		if err := l.fs.Remove(l.path(segName(first))); err != nil {
 			return fmt.Errorf("wal: %w", err)
 		}
-	}
-	if len(drop) > 0 {
 		if err := l.dir.Sync(); err != nil {
 			return fmt.Errorf("wal: sync directory: %w", err)
 		}
 	}
-	return nil
 }
 
 // TruncateAfter removes every record after index (Raft overwriting an
@@ -845,6 +840,8 @@ func (l *Log) TruncateFront(index uint64) error {
 // first, so a crash part way is finished at the next Open instead of being
 // mistaken for corruption.
 func (l *Log) TruncateAfter(ctx context.Context, index uint64) error {
+	l.truncMu.Lock()
+	defer l.truncMu.Unlock()
 	l.mu.Lock()
 	if l.mu.failed != nil || l.mu.closing || l.mu.truncating {
 		err := l.mu.failed
@@ -925,13 +922,9 @@ func (l *Log) finishTruncate(index uint64, running bool) error {
 	if err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
-	off := 0
-	for idx := target.first; idx <= index; idx++ {
-		_, _, n, err := decodeFrame(buf[off:], l.cfg.MaxRecordSize)
-		if err != nil {
-			return &CorruptionError{Segment: name, Offset: int64(off), Index: idx, Reason: "during truncation: " + err.Error()}
-		}
-		off += n
+	off, err := walkFrames(buf, name, target.first, index, l.cfg.MaxRecordSize, nil)
+	if err != nil {
+		return err
 	}
 	end := int64(len(buf))
 	for end > int64(off) && buf[end-1] == 0 {

@@ -107,12 +107,17 @@ func TestPoliciesConcurrent(t *testing.T) {
 				t.Fatalf("%d records, want %d", len(all), writers*each)
 			}
 			for w := range writers {
-				last := uint64(0)
+				bySeq := make([]uint64, each)
 				for idx, s := range seen[w] {
 					if !bytes.Equal(all[idx], payload(w, s)) {
 						t.Fatalf("index %d holds %q, want writer %d seq %d", idx, all[idx], w, s)
 					}
-					_ = last
+					bySeq[s] = idx
+				}
+				for s := 1; s < each; s++ {
+					if bySeq[s] <= bySeq[s-1] {
+						t.Fatalf("writer %d: seq %d got index %d, not after seq %d's %d", w, s, bySeq[s], s-1, bySeq[s-1])
+					}
 				}
 			}
 			if p.Kind != Periodic && st.Syncs == 0 {
@@ -350,5 +355,98 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := Open(c); err == nil {
 			t.Errorf("Open(%+v) accepted a bad config", c)
 		}
+	}
+}
+
+// TestPeriodicSyncIsDurable: under Periodic, Sync must not return before an
+// fsync covers every record appended before it was called, even while
+// appends keep the syncer busy with write-only rounds.
+func TestPeriodicSyncIsDurable(t *testing.T) {
+	l := mustOpen(t, testConfig(vfs.NewCrashableMem(), PeriodicPolicy(time.Hour)))
+	defer l.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := 0; ctx.Err() == nil; s++ {
+				if _, err := l.Append(ctx, payload(w, s)); err != nil && ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for l.LastIndex() < 100 {
+		time.Sleep(time.Millisecond) // appends are flowing
+	}
+	syncs := 0
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); syncs++ {
+		want := l.LastIndex()
+		if err := l.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.DurableIndex(); got < want {
+			stop()
+			wg.Wait()
+			t.Fatalf("Sync returned with durable index %d; %d had been appended before it", got, want)
+		}
+	}
+	stop()
+	wg.Wait()
+	t.Logf("%d Sync calls among %d appends", syncs, l.LastIndex())
+}
+
+// TestTruncationsAndClose: TruncateFront and TruncateAfter may run at the
+// same time and with appends; truncation after Close is refused; every
+// Close returns the same answer once the log is really closed.
+func TestTruncationsAndClose(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	l := mustOpen(t, testConfig(fs, BatchPolicy()))
+	ctx := context.Background()
+	for i := 1; i <= 400; i++ {
+		if _, err := l.Append(ctx, payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() { defer wg.Done(); errs <- l.TruncateFront(200) }()
+	go func() { defer wg.Done(); errs <- l.TruncateAfter(ctx, 300) }()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, last := l.FirstIndex(), l.LastIndex()
+	if last != 300 || first > 200 || first < 100 {
+		t.Fatalf("after both truncations: %d..%d", first, last)
+	}
+	all := readAll(t, l)
+	if uint64(len(all)) != last-first+1 {
+		t.Fatalf("%d records readable in %d..%d", len(all), first, last)
+	}
+	results := make(chan error, 2)
+	go func() { results <- l.Close() }()
+	go func() { results <- l.Close() }()
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.TruncateFront(250); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TruncateFront after Close: %v", err)
+	}
+	if err := l.TruncateAfter(ctx, 250); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TruncateAfter after Close: %v", err)
+	}
+	l = mustOpen(t, testConfig(fs, BatchPolicy()))
+	defer l.Close()
+	if l.FirstIndex() != first || l.LastIndex() != 300 || len(readAll(t, l)) != len(all) {
+		t.Fatalf("after reopen: %d..%d", l.FirstIndex(), l.LastIndex())
 	}
 }
