@@ -208,6 +208,15 @@ func (v Value) String() string {
 	return "invalid"
 }
 
+// Content returns the bytes of a TEXT or BLOB value as a string, without
+// copying; "" for other types and NULL.
+func (v Value) Content() string { return v.s }
+
+// CheckContent says why no backend could store v faithfully (TEXT that is
+// not UTF-8 or holds NUL, a TIMESTAMP out of range), or "" if it can.
+// Decoders of stored bytes use it to reject values the API never accepts.
+func (v Value) CheckContent() string { return v.checkContent() }
+
 // checkContent rejects values no backend can store faithfully.
 func (v Value) checkContent() string {
 	if v.IsNull() {

@@ -1,0 +1,433 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+var _ storage.Backend = (*DB)(nil)
+
+// Limits returns the size limits in force.
+func (db *DB) Limits() storage.Limits { return db.cfg.Limits }
+
+func (db *DB) usable(op string) error {
+	if err := db.checkOpen(op); err != nil {
+		return err
+	}
+	if err := db.failure(); err != nil {
+		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Cause: err}
+	}
+	return nil
+}
+
+// Begin starts a transaction. Reads and writes run without locks; Commit
+// validates and installs them (Silo) and returns once they are durable.
+func (db *DB) Begin(ctx context.Context) (storage.Txn, error) {
+	if err := db.usable("begin"); err != nil {
+		return nil, err
+	}
+	return &Txn{db: db, x: tx{db: db}}, nil
+}
+
+// Txn is a transaction of the storage API.
+type Txn struct {
+	db   *DB
+	x    tx
+	done bool
+}
+
+func (t *Txn) table(op, ns, name string) (*table, error) {
+	if t.done {
+		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
+	}
+	if err := t.db.usable(op); err != nil {
+		return nil, err
+	}
+	return t.db.cat.lookup(op, ns, name)
+}
+
+func (t *Txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	tb, err := t.table("get", g.Namespace, g.Table)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := tb.schema.CheckGet(g, t.db.cfg.Limits); err != nil {
+		return nil, false, err
+	}
+	pk, ck := tb.encodePartition(g.Partition), tb.encodeClustering(g.Clustering)
+	cols := t.x.get(tb, pk, ck)
+	if cols == nil {
+		return nil, false, nil
+	}
+	return tb.rowFromKey(g.Partition, g.Clustering, cols, g.Projection), true, nil
+}
+
+// rowFromKey builds a result row from a request's key and the value
+// columns.
+func (tb *table) rowFromKey(part, clus storage.Values, cols []storage.Value, proj []string) storage.Row {
+	out := make(storage.Row, len(part)+len(clus)+len(cols))
+	want := func(name string) bool { return len(proj) == 0 || slices.Contains(proj, name) }
+	for k, v := range part {
+		if want(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range clus {
+		if want(k) {
+			out[k] = v
+		}
+	}
+	for i, c := range tb.schema.Columns {
+		if want(c.Name) {
+			out[c.Name] = cols[i]
+		}
+	}
+	return out
+}
+
+// rowFromStored builds a result row from stored keys.
+func (tb *table) rowFromStored(pkeys []storage.Value, ck string, cols []storage.Value, proj []string) (storage.Row, error) {
+	part := make(storage.Values, len(pkeys))
+	for i, c := range tb.schema.PartitionKey {
+		part[c.Name] = pkeys[i]
+	}
+	var clus storage.Values
+	if tb.clustered() {
+		vals, err := tb.decodeClustering(ck)
+		if err != nil {
+			return nil, err
+		}
+		clus = make(storage.Values, len(vals))
+		for i, c := range tb.schema.ClusteringKey {
+			clus[c.Name] = vals[i]
+		}
+	}
+	return tb.rowFromKey(part, clus, cols, proj), nil
+}
+
+// scanRange turns a checked scan's bounds into the clustering-key range
+// [lo, hi); hi "" means no upper end. empty reports a range with no keys.
+func (tb *table) scanRange(s *storage.Scan) (lo, hi string, empty bool) {
+	enc := func(b *storage.Bound) string { return tb.encodeClustering(b.Key) }
+	if s.Start != nil {
+		lo = enc(s.Start)
+		if !s.Start.Inclusive {
+			if lo = prefixEnd([]byte(lo)); lo == "" {
+				return "", "", true
+			}
+		}
+	}
+	if s.End != nil {
+		hi = enc(s.End)
+		if s.End.Inclusive {
+			hi = prefixEnd([]byte(hi))
+		}
+	}
+	return lo, hi, hi != "" && lo >= hi
+}
+
+func inRange(ck, lo, hi string) bool { return ck >= lo && (hi == "" || ck < hi) }
+
+type scanned struct {
+	ck   string
+	cols []storage.Value
+}
+
+func (t *Txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	tb, err := t.table("scan", s.Namespace, s.Table)
+	if err != nil {
+		return nil, err
+	}
+	if err := tb.schema.CheckScan(s, t.db.cfg.Limits); err != nil {
+		return nil, err
+	}
+	out, err := t.x.scan(tb, s)
+	if err != nil {
+		return nil, err
+	}
+	return storage.SliceRows(out), nil
+}
+
+func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
+	pk := tb.encodePartition(s.Partition)
+	lo, hi, empty := tb.scanRange(s)
+	if empty {
+		return nil, nil
+	}
+	desc := s.Order == storage.Desc
+	var rows []scanned
+	p, bv := tb.partition(pk)
+	if p == nil {
+		x.nodes = append(x.nodes, nodeEntry{tb.bucket(pk), bv})
+	} else {
+		recs, pv := p.rangeRecords(lo, hi, desc, 0)
+		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
+		for _, r := range recs {
+			tid, rw := r.readStable()
+			x.noteRead(r, tid)
+			if tid&tidAbsent == 0 {
+				rows = append(rows, scanned{r.ck, rw.cols})
+			}
+		}
+	}
+	// Overlay this transaction's own writes to the partition.
+	own := false
+	for i := range x.writes {
+		w := &x.writes[i]
+		if w.t != tb || w.pk != pk || !inRange(w.ck, lo, hi) {
+			continue
+		}
+		own = true
+		j := slices.IndexFunc(rows, func(r scanned) bool { return r.ck == w.ck })
+		var cols []storage.Value
+		switch {
+		case w.del:
+		case w.set == nil:
+			cols = w.cols
+		default:
+			var base *row
+			if j >= 0 {
+				base = &row{cols: rows[j].cols}
+			}
+			cols = merge(tb, base, w.cols, w.set)
+		}
+		switch {
+		case j >= 0 && cols == nil:
+			rows = slices.Delete(rows, j, j+1)
+		case j >= 0:
+			rows[j].cols = cols
+		case cols != nil:
+			rows = append(rows, scanned{w.ck, cols})
+		}
+	}
+	if own {
+		slices.SortFunc(rows, func(a, b scanned) int {
+			if desc {
+				return strings.Compare(b.ck, a.ck)
+			}
+			return strings.Compare(a.ck, b.ck)
+		})
+	}
+	if s.Limit > 0 && len(rows) > s.Limit {
+		rows = rows[:s.Limit]
+	}
+	var pkeys []storage.Value
+	if p != nil {
+		pkeys = p.keys
+	} else {
+		pkeys = tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
+	}
+	out := make([]storage.Row, len(rows))
+	for i, r := range rows {
+		row, err := tb.rowFromStored(pkeys, r.ck, r.cols, s.Projection)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = row
+	}
+	return out, nil
+}
+
+func condFailed(op string, tb *table, detail string) error {
+	return &storage.Error{Kind: storage.ErrConditionNotMet, Op: op, Namespace: tb.schema.Namespace, Table: tb.schema.Name, Detail: detail}
+}
+
+// checkCondition evaluates c on the row as the transaction sees it.
+func (x *tx) checkCondition(op string, tb *table, c *storage.Condition, part, clus storage.Values, pk, ck string) error {
+	if c == nil {
+		return nil
+	}
+	cols := x.get(tb, pk, ck)
+	switch c.Kind {
+	case storage.CondIfExists:
+		if cols == nil {
+			return condFailed(op, tb, "the row does not exist")
+		}
+	case storage.CondIfNotExists:
+		if cols != nil {
+			return condFailed(op, tb, "the row exists")
+		}
+	case storage.CondIf:
+		if cols == nil {
+			return condFailed(op, tb, "the row does not exist")
+		}
+		for _, e := range c.Exprs {
+			var v storage.Value
+			if i, ok := tb.valIdx[e.Column]; ok {
+				v = cols[i]
+			} else if pv, ok := part[e.Column]; ok {
+				v = pv
+			} else {
+				v = clus[e.Column]
+			}
+			if !e.Eval(v) {
+				return condFailed(op, tb, fmt.Sprintf("%s %v %v does not hold", e.Column, e.Op, e.Value))
+			}
+		}
+	}
+	return nil
+}
+
+func (x *tx) applyPut(tb *table, p *storage.Put) error {
+	pk, ck := tb.encodePartition(p.Partition), tb.encodeClustering(p.Clustering)
+	if err := x.checkCondition("put", tb, p.Condition, p.Partition, p.Clustering, pk, ck); err != nil {
+		return err
+	}
+	n := len(tb.schema.Columns)
+	cols := make([]storage.Value, n)
+	set := make([]bool, n)
+	for name, v := range p.Values {
+		i := tb.valIdx[name]
+		if v.IsNull() {
+			v = storage.NullOf(tb.schema.Columns[i].Type)
+		}
+		cols[i], set[i] = v, true
+	}
+	if len(p.Values) == n {
+		set = nil
+	}
+	x.put(tb, pk, ck, nil, cols, set)
+	return nil
+}
+
+func (x *tx) applyDelete(tb *table, d *storage.Delete) error {
+	pk, ck := tb.encodePartition(d.Partition), tb.encodeClustering(d.Clustering)
+	if err := x.checkCondition("delete", tb, d.Condition, d.Partition, d.Clustering, pk, ck); err != nil {
+		return err
+	}
+	x.del(tb, pk, ck, nil)
+	return nil
+}
+
+func (t *Txn) Put(ctx context.Context, p *storage.Put) error {
+	if p == nil {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "put", Detail: "nil Put"}
+	}
+	tb, err := t.table("put", p.Namespace, p.Table)
+	if err != nil {
+		return err
+	}
+	if err := tb.schema.CheckPut(p, t.db.cfg.Limits); err != nil {
+		return err
+	}
+	return t.x.applyPut(tb, p)
+}
+
+func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
+	if d == nil {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "delete", Detail: "nil Delete"}
+	}
+	tb, err := t.table("delete", d.Namespace, d.Table)
+	if err != nil {
+		return err
+	}
+	if err := tb.schema.CheckDelete(d, t.db.cfg.Limits); err != nil {
+		return err
+	}
+	return t.x.applyDelete(tb, d)
+}
+
+// Commit validates and installs the transaction and returns once it is
+// durable: once the durable epoch reaches its commit epoch (for a
+// read-only transaction, the epoch of the newest version it read).
+func (t *Txn) Commit(ctx context.Context) error {
+	if t.done {
+		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
+	}
+	t.done = true
+	if err := t.db.usable("commit"); err != nil {
+		return err
+	}
+	e, err := t.x.commit(ctx)
+	if err != nil {
+		return err
+	}
+	return t.db.WaitDurable(ctx, e)
+}
+
+func (t *Txn) Abort(ctx context.Context) error {
+	t.done = true
+	return nil
+}
+
+// ---- storage.Store: single operations as transactions ---------------------------
+
+// Get reads the latest committed row and returns it once it is durable.
+func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	if err := db.usable("get"); err != nil {
+		return nil, false, err
+	}
+	tb, err := db.cat.lookup("get", g.Namespace, g.Table)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := tb.schema.CheckGet(g, db.cfg.Limits); err != nil {
+		return nil, false, err
+	}
+	x := tx{db: db}
+	cols := x.get(tb, tb.encodePartition(g.Partition), tb.encodeClustering(g.Clustering))
+	if err := db.WaitDurable(ctx, tidEpoch(x.readMax)); err != nil {
+		return nil, false, err
+	}
+	if cols == nil {
+		return nil, false, nil
+	}
+	return tb.rowFromKey(g.Partition, g.Clustering, cols, g.Projection), true, nil
+}
+
+// Scan reads a partition range atomically (a validated read-only
+// transaction, retried on conflict) and streams the materialized rows.
+func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	var rows storage.Rows
+	err := storage.Update(ctx, db, func(t storage.Txn) error {
+		var err error
+		rows, err = t.Scan(ctx, s)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+func (db *DB) Put(ctx context.Context, p *storage.Put) error {
+	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Put(ctx, p) })
+}
+
+func (db *DB) Delete(ctx context.Context, d *storage.Delete) error {
+	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Delete(ctx, d) })
+}
+
+// Mutate applies the mutations in one transaction.
+func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error {
+	if _, _, err := storage.CheckMutationTarget(ms); err != nil {
+		return err
+	}
+	return storage.Update(ctx, db, func(t storage.Txn) error {
+		for i, m := range ms {
+			var err error
+			switch m := m.(type) {
+			case *storage.Put:
+				err = t.Put(ctx, m)
+			case *storage.Delete:
+				err = t.Delete(ctx, m)
+			default:
+				return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "mutate", Detail: fmt.Sprintf("unknown mutation %T", m)}
+			}
+			var se *storage.Error
+			if errors.Is(err, storage.ErrConditionNotMet) && errors.As(err, &se) {
+				return &storage.Error{Kind: storage.ErrConditionNotMet, Op: "mutate", Namespace: se.Namespace, Table: se.Table,
+					Detail: fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms))}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

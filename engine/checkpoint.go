@@ -1,0 +1,439 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A checkpoint is a file checkpoint-<start epoch> of framed chunks:
+//
+//	chunk   = u32 LE length | u32 LE CRC-32C of payload | payload
+//	payload = 1 entry*                        (a data chunk, ≤ ~1 MiB)
+//	        | 2 "kiroku-ckpt" uvarint(Cs) uvarint(Ce) uvarint(rows)   (the trailer, last)
+//	entry   = tid (8 bytes LE) write          (write: see codec.go, always a put)
+//
+// Checkpointing does not stop writers (SiloR). It starts at epoch Cs, once
+// every commit of an earlier epoch is installed, walks every table reading
+// each record as a transaction would (a stable TID and row), and ends at
+// epoch Ce. The rows it saw may be of any epoch up to Ce, so the file is
+// renamed to its final name only once the durable epoch reaches Ce. Such a
+// fuzzy checkpoint plus the log of the epochs from Cs on reproduces a
+// consistent state, because replay keeps, per key, the highest TID. Once
+// the file is in place, the log prefix of epochs before Cs is truncated.
+
+const (
+	ckptPrefix   = "checkpoint-"
+	ckptTmp      = ".tmp"
+	ckptChunk    = 1 << 20
+	ckptMaxChunk = 64 << 20
+	ckptMagic    = "kiroku-ckpt"
+	chunkData    = 1
+	chunkTrailer = 2
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// CorruptionError names a stored file that does not decode.
+type CorruptionError struct {
+	File   string
+	Offset int64
+	Err    error
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("engine: corrupt %s at offset %d: %v", e.File, e.Offset, e.Err)
+}
+func (e *CorruptionError) Unwrap() error { return e.Err }
+
+func ckptName(cs uint64) string { return fmt.Sprintf("%s%020d", ckptPrefix, cs) }
+
+func parseCkptName(name string) (uint64, bool) {
+	if !strings.HasPrefix(name, ckptPrefix) || strings.HasSuffix(name, ckptTmp) {
+		return 0, false
+	}
+	cs, err := strconv.ParseUint(name[len(ckptPrefix):], 10, 64)
+	return cs, err == nil
+}
+
+// CheckpointStats describe one checkpoint.
+type CheckpointStats struct {
+	Start, End uint64 // epochs Cs and Ce
+	Rows       int
+	Bytes      int64
+	Duration   time.Duration
+}
+
+func (db *DB) checkpointLoop() {
+	defer db.wg.Done()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-time.After(db.cfg.CheckpointInterval):
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-db.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		st, err := db.Checkpoint(ctx)
+		cancel()
+		if err != nil {
+			db.cfg.Logf("engine: checkpoint: %v", err)
+			continue
+		}
+		db.cfg.Logf("engine: checkpoint of epochs %d..%d: %d rows, %d bytes in %v", st.Start, st.End, st.Rows, st.Bytes, st.Duration)
+	}
+}
+
+// Checkpoint writes a checkpoint now, without stopping writers, and then
+// truncates the log it covers. A failure to write or sync the file is
+// fatal to the engine, like any fsync failure.
+func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
+	db.ckptMu.Lock()
+	defer db.ckptMu.Unlock()
+	if err := db.usable("checkpoint"); err != nil {
+		return CheckpointStats{}, err
+	}
+	began := time.Now()
+	cs := db.epoch.Load()
+	// Every commit of an epoch before cs must be installed before the walk.
+	for spins := 0; ; spins++ {
+		behind := false
+		for _, w := range db.workers {
+			if a := w.active.Load(); a != 0 && a < cs {
+				behind = true
+			}
+		}
+		if !behind {
+			break
+		}
+		backoff(spins)
+	}
+	tmp := db.fs.PathJoin(db.cfg.Dir, ckptName(cs)+ckptTmp)
+	st, err := db.writeCheckpoint(tmp, cs)
+	if err != nil {
+		db.fs.Remove(tmp)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return st, err
+		}
+		db.fail(fmt.Errorf("checkpoint: %w", err))
+		return st, err
+	}
+	if err := db.WaitDurable(ctx, st.End); err != nil {
+		db.fs.Remove(tmp)
+		return st, err
+	}
+	if err := db.fs.Rename(tmp, db.fs.PathJoin(db.cfg.Dir, ckptName(cs))); err != nil {
+		db.fail(fmt.Errorf("checkpoint: %w", err))
+		return st, err
+	}
+	if err := syncDir(db.fs, db.cfg.Dir); err != nil {
+		db.fail(fmt.Errorf("checkpoint: %w", err))
+		return st, err
+	}
+	db.ckpt.Store(cs)
+	// Older checkpoints and the log before cs are no longer needed.
+	names, _ := db.fs.List(db.cfg.Dir)
+	for _, n := range names {
+		if old, ok := parseCkptName(n); ok && old < cs {
+			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n))
+		}
+	}
+	if db.cfg.Log == LogWAL {
+		for _, lg := range db.loggers {
+			if err := lg.truncateBefore(cs); err != nil {
+				return st, fmt.Errorf("truncating log %d: %w", lg.id, err)
+			}
+		}
+	}
+	db.trimVoid(cs)
+	st.Duration = time.Since(began)
+	return st, nil
+}
+
+func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
+	st := CheckpointStats{Start: cs}
+	f, err := db.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return st, err
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	buf := make([]byte, 8, ckptChunk+64<<10)
+	buf = append(buf[:8], chunkData)
+	flush := func(kind byte) error {
+		payload := buf[8:]
+		binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
+		binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, crcTable))
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		st.Bytes += int64(len(buf))
+		buf = append(buf[:8], kind)
+		return nil
+	}
+	var recs []*record
+	for _, t := range db.cat.tables() {
+		var werr error
+		t.parts.Range(func(_, v any) bool {
+			p := v.(*partition)
+			recs = recs[:0]
+			if p.solo != nil {
+				recs = append(recs, p.solo)
+			} else {
+				p.mu.RLock()
+				p.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+				p.mu.RUnlock()
+			}
+			for _, r := range recs {
+				tid, rw := r.readStable()
+				if tid&tidAbsent != 0 {
+					continue
+				}
+				buf = binary.LittleEndian.AppendUint64(buf, tidVersion(tid))
+				buf = appendWrite(buf, t.id, p.pk, r.ck, rw.cols, false)
+				st.Rows++
+				if len(buf) >= ckptChunk {
+					if werr = flush(chunkData); werr != nil {
+						return false
+					}
+				}
+			}
+			return true
+		})
+		if werr != nil {
+			return st, werr
+		}
+	}
+	if len(buf) > 9 {
+		if err := flush(chunkData); err != nil {
+			return st, err
+		}
+	}
+	st.End = db.epoch.Load()
+	buf = append(buf[:8], chunkTrailer)
+	buf = append(buf, ckptMagic...)
+	buf = binary.AppendUvarint(buf, cs)
+	buf = binary.AppendUvarint(buf, st.End)
+	buf = binary.AppendUvarint(buf, uint64(st.Rows))
+	if err := flush(0); err != nil {
+		return st, err
+	}
+	if err := f.Sync(); err != nil {
+		return st, err
+	}
+	err = f.Close()
+	f = nil
+	return st, err
+}
+
+// newestCheckpoint returns the newest complete checkpoint's name, removing
+// unfinished temporary files.
+func (db *DB) newestCheckpoint() (string, bool, error) {
+	names, err := db.fs.List(db.cfg.Dir)
+	if err != nil {
+		return "", false, err
+	}
+	sort.Strings(names)
+	best := ""
+	for _, n := range names {
+		if strings.HasPrefix(n, ckptPrefix) && strings.HasSuffix(n, ckptTmp) {
+			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n))
+			continue
+		}
+		if _, ok := parseCkptName(n); ok {
+			best = n
+		}
+	}
+	return best, best != "", nil
+}
+
+// loadCheckpoint reads a checkpoint and applies its rows, decoding chunks
+// on every core. It returns the trailer's epochs.
+func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
+	f, err := db.fs.Open(db.fs.PathJoin(db.cfg.Dir, name))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	corrupt := func(off int64, format string, args ...any) error {
+		return &CorruptionError{File: name, Offset: off, Err: malformed(format, args...)}
+	}
+	type job struct {
+		off     int64
+		payload []byte
+	}
+	jobs := make(chan job, 4)
+	var (
+		wg      sync.WaitGroup
+		errMu   sync.Mutex
+		firstEr error
+		counted = make([]int, runtime.GOMAXPROCS(0))
+	)
+	setErr := func(e error) {
+		errMu.Lock()
+		if firstEr == nil {
+			firstEr = e
+		}
+		errMu.Unlock()
+	}
+	for i := range counted {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := range jobs {
+				n, err := db.applyEntries(j.payload[1:], 0)
+				if err != nil {
+					setErr(&CorruptionError{File: name, Offset: j.off, Err: err})
+				}
+				counted[i] += n
+			}
+		}(i)
+	}
+	var off int64
+	hdr := make([]byte, 8)
+	trailer := false
+	for err == nil {
+		if _, rerr := io.ReadFull(f, hdr); rerr != nil {
+			if rerr == io.EOF && trailer {
+				break
+			}
+			err = corrupt(off, "truncated chunk header (%v)", rerr)
+			break
+		}
+		n := binary.LittleEndian.Uint32(hdr[0:4])
+		if n == 0 || n > ckptMaxChunk || trailer {
+			err = corrupt(off, "chunk of %d bytes", n)
+			break
+		}
+		payload := make([]byte, n)
+		if _, rerr := io.ReadFull(f, payload); rerr != nil {
+			err = corrupt(off, "truncated chunk (%v)", rerr)
+			break
+		}
+		if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(hdr[4:8]) {
+			err = corrupt(off, "checksum mismatch")
+			break
+		}
+		switch payload[0] {
+		case chunkData:
+			jobs <- job{off, payload}
+		case chunkTrailer:
+			d := decoder{b: payload[1:]}
+			if string(d.bytes(uint64(len(ckptMagic)), "magic")) != ckptMagic {
+				err = corrupt(off, "bad trailer")
+				break
+			}
+			cs, ce = d.uvarint("start epoch"), d.uvarint("end epoch")
+			rows = int(d.uvarint("rows"))
+			if d.err != nil || len(d.b) != 0 {
+				err = corrupt(off, "bad trailer")
+			}
+			trailer = true
+		default:
+			err = corrupt(off, "chunk kind %d", payload[0])
+		}
+		off += 8 + int64(n)
+	}
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		err = firstEr
+	}
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	total := 0
+	for _, c := range counted {
+		total += c
+	}
+	if total != rows {
+		return 0, 0, 0, corrupt(off, "trailer counts %d rows, chunks hold %d", rows, total)
+	}
+	return cs, ce, rows, nil
+}
+
+// applyEntries applies checkpoint entries (tid, write), keeping per key the
+// highest TID. If epoch is non-zero every TID must be of that epoch.
+func (db *DB) applyEntries(b []byte, epoch uint64) (int, error) {
+	d := decoder{b: b}
+	n := 0
+	for len(d.b) > 0 {
+		tid := d.u64("tid")
+		w, t, ok := d.write(db.cat.byID)
+		if d.err != nil {
+			return n, d.err
+		}
+		if err := checkTID(tid, epoch); err != nil {
+			return n, err
+		}
+		n++
+		if !ok {
+			continue
+		}
+		if err := apply(t, w, tid); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func checkTID(tid, epoch uint64) error {
+	if tid&tidStatusMask != 0 || tidEpoch(tid) == 0 || (epoch != 0 && tidEpoch(tid) != epoch) {
+		return malformed("TID %#x (epoch %d)", tid, epoch)
+	}
+	return nil
+}
+
+// apply installs a recovered write unless the record already holds a
+// higher TID.
+func apply(t *table, w logWrite, tid uint64) error {
+	p, _, _, err := t.makePartition(w.pk, nil)
+	if err != nil {
+		return malformed("partition key: %v", err)
+	}
+	if t.clustered() {
+		if _, err := t.decodeClustering(w.ck); err != nil {
+			return malformed("clustering key: %v", err)
+		}
+	}
+	r, _, _ := p.makeRecord(w.ck)
+	for spins := 0; ; spins++ {
+		cur := r.tid.Load()
+		if cur&tidLock == 0 && r.tid.CompareAndSwap(cur, cur|tidLock) {
+			if tidVersion(cur) >= tid {
+				r.tid.Store(cur)
+				return nil
+			}
+			status := tidLatest
+			if w.del {
+				status |= tidAbsent
+				r.row.Store(nil)
+			} else {
+				r.row.Store(&row{cols: w.cols})
+			}
+			r.tid.Store(tid | status)
+			return nil
+		}
+		backoff(spins)
+	}
+}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Log records and checkpoints share one encoding of rows and writes.
+//
+//	write  = uvarint(table id) uvarint(len pk) pk uvarint(len ck) ck kind [row]
+//	kind   = 0 (put, a row follows) | 1 (delete)
+//	row    = uvarint(n) value*n            (the value columns in schema order)
+//	value  = 0 (NULL) | type payload
+//	payload: BOOLEAN 1 byte (0|1); BIGINT, TIMESTAMP 8 bytes LE;
+//	         DOUBLE 8 bytes LE IEEE-754 bits; TEXT, BLOB uvarint(len) bytes
+//
+// Every decoder treats its input as untrusted: a malformed input returns
+// errMalformed (wrapped with what was wrong) and never panics.
+
+var errMalformed = errors.New("malformed record")
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
+}
+
+func appendRow(b []byte, cols []storage.Value) []byte {
+	b = binary.AppendUvarint(b, uint64(len(cols)))
+	for _, v := range cols {
+		if v.IsNull() {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, byte(v.Type()))
+		switch v.Type() {
+		case storage.TypeBoolean:
+			if v.AsBool() {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		case storage.TypeBigInt:
+			b = binary.LittleEndian.AppendUint64(b, uint64(v.AsBigInt()))
+		case storage.TypeTimestamp:
+			b = binary.LittleEndian.AppendUint64(b, uint64(v.AsMicros()))
+		case storage.TypeDouble:
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v.AsDouble()))
+		case storage.TypeText, storage.TypeBlob:
+			s := v.Content()
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
+	return b
+}
+
+// decoder reads the encoding above from an untrusted buffer.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = malformed(format, args...)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("bad varint for %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(n uint64, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("%s of %d bytes, %d left", what, n, len(d.b))
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) byte1(what string) byte {
+	b := d.bytes(1, what)
+	if b == nil {
+		return 0
+	}
+	return b[0]
+}
+
+func (d *decoder) u64(what string) uint64 {
+	b := d.bytes(8, what)
+	if b == nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
+// row decodes a row and checks it against the table's value columns.
+func (d *decoder) row(schema *storage.Table) []storage.Value {
+	n := d.uvarint("column count")
+	if d.err != nil {
+		return nil
+	}
+	if n != uint64(len(schema.Columns)) {
+		d.fail("row of %d columns, table %s.%s has %d", n, schema.Namespace, schema.Name, len(schema.Columns))
+		return nil
+	}
+	cols := make([]storage.Value, n)
+	for i, c := range schema.Columns {
+		tag := d.byte1("value type")
+		if d.err != nil {
+			return nil
+		}
+		if tag == 0 {
+			cols[i] = storage.NullOf(c.Type)
+			continue
+		}
+		if storage.DataType(tag) != c.Type {
+			d.fail("column %s holds %v, schema says %v", c.Name, storage.DataType(tag), c.Type)
+			return nil
+		}
+		var v storage.Value
+		switch c.Type {
+		case storage.TypeBoolean:
+			x := d.byte1("boolean")
+			if x > 1 {
+				d.fail("boolean byte %d", x)
+			}
+			v = storage.Bool(x == 1)
+		case storage.TypeBigInt:
+			v = storage.BigInt(int64(d.u64("bigint")))
+		case storage.TypeTimestamp:
+			v = storage.TimestampMicros(int64(d.u64("timestamp")))
+		case storage.TypeDouble:
+			v = storage.Double(math.Float64frombits(d.u64("double")))
+		case storage.TypeText:
+			v = storage.Text(string(d.bytes(d.uvarint("text length"), "text")))
+		case storage.TypeBlob:
+			v = storage.Blob(d.bytes(d.uvarint("blob length"), "blob"))
+		}
+		if d.err != nil {
+			return nil
+		}
+		if msg := v.CheckContent(); msg != "" {
+			d.fail("column %s: %s", c.Name, msg)
+			return nil
+		}
+		cols[i] = v
+	}
+	return cols
+}
+
+// logWrite is one decoded write of a log record or checkpoint.
+type logWrite struct {
+	table  uint64
+	pk, ck string
+	del    bool
+	cols   []storage.Value
+}
+
+func appendWrite(b []byte, tableID uint64, pk, ck string, cols []storage.Value, del bool) []byte {
+	b = binary.AppendUvarint(b, tableID)
+	b = binary.AppendUvarint(b, uint64(len(pk)))
+	b = append(b, pk...)
+	b = binary.AppendUvarint(b, uint64(len(ck)))
+	b = append(b, ck...)
+	if del {
+		return append(b, 1)
+	}
+	b = append(b, 0)
+	return appendRow(b, cols)
+}
+
+// write decodes one write. tables resolves table ids; a write to a table
+// it does not know (dropped since) is decoded and skipped: ok is false.
+func (d *decoder) write(tables func(uint64) *table) (w logWrite, t *table, ok bool) {
+	w.table = d.uvarint("table id")
+	w.pk = string(d.bytes(d.uvarint("partition key length"), "partition key"))
+	w.ck = string(d.bytes(d.uvarint("clustering key length"), "clustering key"))
+	switch kind := d.byte1("write kind"); {
+	case d.err != nil:
+		return w, nil, false
+	case kind == 1:
+		w.del = true
+	case kind != 0:
+		d.fail("write kind %d", kind)
+		return w, nil, false
+	}
+	t = tables(w.table)
+	if !w.del {
+		if t == nil {
+			d.skipRow()
+		} else {
+			w.cols = d.row(t.schema)
+		}
+	}
+	if d.err != nil || t == nil {
+		return w, nil, false
+	}
+	if len(w.pk) == 0 {
+		d.fail("empty partition key")
+		return w, nil, false
+	}
+	if (len(w.ck) == 0) == t.clustered() {
+		d.fail("clustering key of %d bytes for table %s.%s", len(w.ck), t.schema.Namespace, t.schema.Name)
+		return w, nil, false
+	}
+	return w, t, true
+}
+
+// skipRow steps over a row whose schema is unknown.
+func (d *decoder) skipRow() {
+	n := d.uvarint("column count")
+	if n > uint64(len(d.b)) {
+		d.fail("row of %d columns in %d bytes", n, len(d.b))
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		switch tag := storage.DataType(d.byte1("value type")); tag {
+		case 0:
+		case storage.TypeBoolean:
+			d.bytes(1, "boolean")
+		case storage.TypeBigInt, storage.TypeTimestamp, storage.TypeDouble:
+			d.bytes(8, "number")
+		case storage.TypeText, storage.TypeBlob:
+			d.bytes(d.uvarint("length"), "bytes")
+		default:
+			d.fail("value type %d", tag)
+		}
+	}
+}

@@ -1,0 +1,409 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// LogMode says whether commits are logged.
+type LogMode uint8
+
+const (
+	// LogWAL logs every commit through the loggers' sinks (the default).
+	LogWAL LogMode = iota
+	// LogNone logs nothing: a commit counts as durable at once, and a
+	// restart loses everything but the catalog. For benchmarks.
+	LogNone
+)
+
+// Config configures an engine. Zero fields take the defaults named.
+type Config struct {
+	// Dir holds the catalog, the checkpoints and (for the default sink)
+	// each logger's write-ahead log. Required.
+	Dir string
+	// FS is the filesystem; nil means the operating system's.
+	FS vfs.FS
+	// Log is LogWAL or LogNone.
+	Log LogMode
+	// OpenSink opens logger i's sink; nil opens a wal.Log with the batch
+	// policy in Dir/log-<i>. A Raft-backed sink plugs in here.
+	OpenSink func(fs vfs.FS, dir string, i int) (LogSink, error)
+	// Loggers is the number of logger goroutines, each with its own sink.
+	// 0 means 1.
+	Loggers int
+	// Workers bounds the transactions committing at once; each worker has
+	// its own log buffer. 0 means 2 × GOMAXPROCS (at least 4).
+	Workers int
+	// EpochInterval is how often the epoch advances. 0 means 40 ms.
+	EpochInterval time.Duration
+	// LogBufferSize is the size, in bytes, at which a worker hands a log
+	// buffer to its logger before the epoch ends. 0 means 512 KiB.
+	LogBufferSize int
+	// MaxLogPending bounds the bytes of buffers handed to one logger and not
+	// yet durable; a committer that finds it exceeded waits after its
+	// commit (backpressure). 0 means 64 MiB.
+	MaxLogPending int
+	// CheckpointInterval is the time between the end of one checkpoint and
+	// the start of the next. 0 means 1 minute; negative disables periodic
+	// checkpoints (Checkpoint can still be called).
+	CheckpointInterval time.Duration
+	// Limits are the storage size limits.
+	Limits storage.Limits
+	// Logf reports recovery and checkpoint events; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return errors.New("engine: Config.Dir is empty")
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Log != LogWAL && c.Log != LogNone {
+		return fmt.Errorf("engine: unknown log mode %d", c.Log)
+	}
+	if c.OpenSink == nil {
+		c.OpenSink = openWALSink
+	}
+	if c.Loggers == 0 {
+		c.Loggers = 1
+	}
+	if c.Workers == 0 {
+		c.Workers = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if c.EpochInterval == 0 {
+		c.EpochInterval = 40 * time.Millisecond
+	}
+	if c.LogBufferSize == 0 {
+		c.LogBufferSize = 512 << 10
+	}
+	if c.MaxLogPending == 0 {
+		c.MaxLogPending = 64 << 20
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = time.Minute
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	switch {
+	case c.Loggers < 1 || c.Loggers > 64:
+		return fmt.Errorf("engine: Loggers %d outside 1..64", c.Loggers)
+	case c.Workers < c.Loggers || c.Workers > 4096:
+		return fmt.Errorf("engine: Workers %d outside Loggers..4096", c.Workers)
+	case c.EpochInterval < 100*time.Microsecond || c.EpochInterval > time.Minute:
+		return fmt.Errorf("engine: EpochInterval %v outside 100µs..1m", c.EpochInterval)
+	case c.LogBufferSize < 4<<10 || c.LogBufferSize > 64<<20:
+		return fmt.Errorf("engine: LogBufferSize %d outside 4 KiB..64 MiB", c.LogBufferSize)
+	case c.MaxLogPending < 2*c.LogBufferSize:
+		return fmt.Errorf("engine: MaxLogPending %d below twice LogBufferSize", c.MaxLogPending)
+	}
+	lim, err := c.Limits.WithDefaults()
+	if err != nil {
+		return err
+	}
+	c.Limits = lim
+	return nil
+}
+
+// ErrFailed is the cause reported once the engine's log failed (an fsync
+// error, say): commits can no longer become durable, so every waiting and
+// later commit fails. Reopen the engine to recover from what is durable.
+var ErrFailed = errors.New("engine: log failed")
+
+// DB is an open engine. It is safe for concurrent use.
+type DB struct {
+	cfg Config
+	fs  vfs.FS
+
+	// epoch is the global epoch E; durable is the global durable epoch D.
+	epoch   atomic.Uint64
+	durable atomic.Uint64
+	// want is set by a committer waiting on the open epoch; the next idle
+	// logger closes the epoch early.
+	want atomic.Bool
+
+	workers []*worker
+	slots   chan *worker
+	loggers []*logger
+
+	cat catalog
+
+	wmu     sync.Mutex
+	waiters map[uint64]chan struct{}
+	failErr atomic.Pointer[error]
+
+	ckptMu sync.Mutex // one checkpoint at a time
+	// ckpt is the newest complete checkpoint's start epoch.
+	ckpt atomic.Uint64
+
+	closing  chan struct{}
+	closed   atomic.Bool
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	closeErr error
+}
+
+// worker is a commit slot: its log buffer, its last TID, and the epoch it
+// may commit into while committing (0 when not).
+type worker struct {
+	id      int
+	active  atomic.Uint64
+	lastTID uint64
+	lg      *logger
+
+	logMu sync.Mutex
+	buf   *logBuf
+}
+
+// Open opens or creates the engine in cfg.Dir, recovering what is durable.
+func Open(cfg Config) (*DB, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]chan struct{}), closing: make(chan struct{})}
+	db.cat.init()
+	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if err := syncDir(db.fs, db.fs.PathDir(cfg.Dir)); err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.Loggers; i++ {
+		db.loggers = append(db.loggers, &logger{db: db, id: i, wake: make(chan struct{}, 1)})
+	}
+	db.slots = make(chan *worker, cfg.Workers)
+	for i := 0; i < cfg.Workers; i++ {
+		w := &worker{id: i, lg: db.loggers[i%cfg.Loggers]}
+		w.lg.workers = append(w.lg.workers, w)
+		db.workers = append(db.workers, w)
+		db.slots <- w
+	}
+	if err := db.recover(); err != nil {
+		db.closeSinks()
+		return nil, err
+	}
+	if cfg.Log == LogNone {
+		db.durable.Store(^uint64(0))
+	}
+	db.wg.Add(1)
+	go db.advanceLoop()
+	if cfg.Log == LogWAL {
+		for _, lg := range db.loggers {
+			db.wg.Add(1)
+			go lg.run()
+		}
+	}
+	if cfg.CheckpointInterval > 0 {
+		db.wg.Add(1)
+		go db.checkpointLoop()
+	}
+	return db, nil
+}
+
+// Close stops the engine: it waits for the loggers to make everything
+// committed durable, then closes the logs. Transactions must be finished.
+func (db *DB) Close() error {
+	db.stopOnce.Do(func() {
+		db.closed.Store(true)
+		close(db.closing)
+		db.wg.Wait()
+		db.closeErr = db.closeSinks()
+		if err := db.failure(); err != nil && db.closeErr == nil {
+			db.closeErr = err
+		}
+	})
+	return db.closeErr
+}
+
+func (db *DB) closeSinks() error {
+	var first error
+	for _, lg := range db.loggers {
+		if lg.sink != nil {
+			if err := lg.sink.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Epoch returns the current global epoch.
+func (db *DB) Epoch() uint64 { return db.epoch.Load() }
+
+// DurableEpoch returns the global durable epoch: every commit of this or
+// an earlier epoch is durable.
+func (db *DB) DurableEpoch() uint64 { return db.durable.Load() }
+
+func (db *DB) failure() error {
+	if p := db.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail puts the engine in the failed state and wakes every waiter.
+func (db *DB) fail(err error) {
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	if !db.failErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	db.cfg.Logf("engine: failed: %v", err)
+	db.wmu.Lock()
+	for e, ch := range db.waiters {
+		close(ch)
+		delete(db.waiters, e)
+	}
+	db.wmu.Unlock()
+}
+
+// ---- epochs ------------------------------------------------------------
+
+// tryAdvance moves the global epoch forward by one unless a committing
+// worker is still in an older epoch: no worker falls more than one epoch
+// behind.
+func (db *DB) tryAdvance() bool {
+	e := db.epoch.Load()
+	for _, w := range db.workers {
+		if a := w.active.Load(); a != 0 && a < e {
+			return false
+		}
+	}
+	if e >= MaxEpoch || !db.epoch.CompareAndSwap(e, e+1) {
+		return false
+	}
+	return true
+}
+
+// advanceLoop advances the epoch every EpochInterval and wakes the loggers.
+func (db *DB) advanceLoop() {
+	defer db.wg.Done()
+	t := time.NewTicker(db.cfg.EpochInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.closing:
+			return
+		case <-t.C:
+		}
+		for spins := 0; !db.tryAdvance(); spins++ {
+			if db.epoch.Load() >= MaxEpoch {
+				db.fail(errors.New("epoch space exhausted"))
+				return
+			}
+			backoff(spins)
+		}
+		db.wakeLoggers()
+	}
+}
+
+func (db *DB) wakeLoggers() {
+	for _, lg := range db.loggers {
+		lg.poke()
+	}
+}
+
+// enter marks w as committing from the current epoch. It returns once the
+// epoch it published is still current, so a worker enters at most one
+// epoch behind.
+func (w *worker) enter(db *DB) {
+	for {
+		e := db.epoch.Load()
+		w.active.Store(e)
+		if db.epoch.Load() == e {
+			return
+		}
+	}
+}
+
+// ---- durability ------------------------------------------------------------
+
+// updateDurable recomputes D as the minimum of the loggers' durable
+// epochs and releases the waiters it covers.
+func (db *DB) updateDurable() {
+	d := ^uint64(0)
+	for _, lg := range db.loggers {
+		d = min(d, lg.durable.Load())
+	}
+	for {
+		cur := db.durable.Load()
+		if d <= cur {
+			return
+		}
+		if db.durable.CompareAndSwap(cur, d) {
+			break
+		}
+	}
+	db.wmu.Lock()
+	for e, ch := range db.waiters {
+		if e <= d {
+			close(ch)
+			delete(db.waiters, e)
+		}
+	}
+	db.wmu.Unlock()
+}
+
+// WaitDurable returns once every commit of epoch e is durable. If ctx ends
+// first it returns ErrCommitUnknown: the commit is installed and will most
+// likely become durable, but this call cannot say so.
+func (db *DB) WaitDurable(ctx context.Context, e uint64) error {
+	if db.durable.Load() >= e {
+		return nil
+	}
+	db.wmu.Lock()
+	if db.durable.Load() >= e {
+		db.wmu.Unlock()
+		return nil
+	}
+	if err := db.failure(); err != nil {
+		db.wmu.Unlock()
+		return commitUnknown(err)
+	}
+	ch := db.waiters[e]
+	if ch == nil {
+		ch = make(chan struct{})
+		db.waiters[e] = ch
+	}
+	db.wmu.Unlock()
+	if db.epoch.Load() <= e {
+		// The epoch is still open: ask an idle logger to close it now
+		// rather than at the next tick.
+		db.want.Store(true)
+		db.wakeLoggers()
+	}
+	select {
+	case <-ch:
+		if db.durable.Load() >= e {
+			return nil
+		}
+		return commitUnknown(db.failure())
+	case <-ctx.Done():
+		return commitUnknown(ctx.Err())
+	}
+}
+
+func commitUnknown(cause error) error {
+	return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: "committed in memory but not known to be durable", Cause: cause}
+}
+
+func backoff(spins int) {
+	if spins < 64 {
+		return
+	}
+	if spins < 1024 {
+		runtime.Gosched()
+		return
+	}
+	time.Sleep(50 * time.Microsecond)
+}

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/wal"
+)
+
+// LogSink is where a logger writes: an ordered log of records that it
+// makes durable. The write-ahead log implements it today (openWALSink); a
+// Raft group, whose "durable" means fsynced by a majority, implements it
+// for replication. A sink is used by one logger goroutine at a time.
+type LogSink interface {
+	// Append writes records after those already in the sink, in order, and
+	// returns the index of the last one once all of them are durable.
+	// Indexes increase by one per record. An error is fatal: the engine
+	// stops making commits durable and never retries.
+	Append(records [][]byte) (last uint64, err error)
+	// Replay calls fn with every durable record, in order. It is called
+	// once, before the first Append.
+	Replay(fn func(index uint64, record []byte) error) error
+	// TruncateFront discards the records before index, which a checkpoint
+	// covers. It may keep them longer.
+	TruncateFront(index uint64) error
+	Close() error
+}
+
+// Log record payloads, one per handed-off buffer or durable mark:
+//
+//	buffer = 1 uvarint(epoch) txn*
+//	txn    = tid(8 bytes LE) uvarint(n) write*n     (write: see codec.go)
+//	mark   = 2 uvarint(X)    "every record of this logger of an epoch ≤ X
+//	                          is in the log before this mark"
+const (
+	recBuffer byte = 1
+	recMark   byte = 2
+)
+
+type logBuf struct {
+	epoch uint64
+	data  []byte
+}
+
+var bufPool sync.Pool
+
+func newLogBuf(epoch uint64, size int) *logBuf {
+	b, _ := bufPool.Get().(*logBuf)
+	if b == nil || cap(b.data) < size {
+		b = &logBuf{data: make([]byte, 0, size+size/4)}
+	}
+	b.epoch = epoch
+	b.data = append(b.data[:0], recBuffer)
+	b.data = binary.AppendUvarint(b.data, epoch)
+	return b
+}
+
+// log appends a committed transaction's writes to the worker's buffer for
+// epoch e, handing the buffer to the logger when the epoch changes or it
+// fills up. Called with the write set locked.
+func (w *worker) log(writes []writeEntry, tid, e uint64) {
+	size := w.lg.db.cfg.LogBufferSize
+	w.logMu.Lock()
+	if w.buf != nil && w.buf.epoch != e {
+		w.lg.handoff(w.buf)
+		w.buf = nil
+	}
+	if w.buf == nil {
+		w.buf = newLogBuf(e, size)
+	}
+	b := binary.LittleEndian.AppendUint64(w.buf.data, tid)
+	b = binary.AppendUvarint(b, uint64(len(writes)))
+	for i := range writes {
+		wr := &writes[i]
+		var cols []storage.Value
+		if wr.out != nil {
+			cols = wr.out.cols
+		}
+		b = appendWrite(b, wr.t.id, wr.pk, wr.ck, cols, wr.out == nil)
+	}
+	w.buf.data = b
+	if len(b) >= size {
+		w.lg.handoff(w.buf)
+		w.buf = nil
+	}
+	w.logMu.Unlock()
+}
+
+// logger writes its workers' buffers to its sink and publishes its durable
+// epoch after each durable append.
+type logger struct {
+	db      *DB
+	id      int
+	workers []*worker
+	sink    LogSink
+	wake    chan struct{}
+	durable atomic.Uint64 // every buffer of an epoch ≤ durable is durable
+
+	mu struct {
+		sync.Mutex
+		queue   []*logBuf
+		pending int // bytes queued or being written
+		drained *sync.Cond
+	}
+	// spans records, per durable append, the last index and the largest
+	// epoch of any record up to it, for truncation after a checkpoint.
+	spanMu sync.Mutex
+	spans  []logSpan
+	maxEp  uint64
+}
+
+type logSpan struct{ last, maxEpoch uint64 }
+
+func (lg *logger) poke() {
+	select {
+	case lg.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (lg *logger) handoff(b *logBuf) {
+	lg.mu.Lock()
+	lg.mu.queue = append(lg.mu.queue, b)
+	lg.mu.pending += len(b.data)
+	lg.mu.Unlock()
+	if len(b.data) >= lg.db.cfg.LogBufferSize {
+		lg.poke()
+	}
+}
+
+// throttle makes a committer wait, after its commit, while its logger has
+// more than MaxLogPending bytes to write.
+func (lg *logger) throttle() {
+	lg.mu.Lock()
+	for lg.mu.pending > lg.db.cfg.MaxLogPending && lg.db.failure() == nil && !lg.db.closed.Load() {
+		if lg.mu.drained == nil {
+			lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
+		}
+		lg.poke()
+		lg.mu.drained.Wait()
+	}
+	lg.mu.Unlock()
+}
+
+func (lg *logger) release(n int) {
+	lg.mu.Lock()
+	lg.mu.pending -= n
+	if lg.mu.drained != nil {
+		lg.mu.drained.Broadcast()
+	}
+	lg.mu.Unlock()
+}
+
+func (lg *logger) run() {
+	defer lg.db.wg.Done()
+	defer lg.release(0)
+	for {
+		select {
+		case <-lg.wake:
+		case <-lg.db.closing:
+			// Every commit is in some buffer: close the epoch, then flush
+			// every buffer of the epochs before it.
+			for spins := 0; !lg.db.tryAdvance() && lg.db.epoch.Load() < MaxEpoch; spins++ {
+				backoff(spins)
+			}
+			for lg.db.failure() == nil && lg.round() {
+			}
+			return
+		}
+		for lg.db.failure() == nil {
+			if lg.db.want.Swap(false) && !lg.db.tryAdvance() {
+				lg.db.want.Store(true) // a committer is still entering; it pokes again
+			}
+			if !lg.round() {
+				break
+			}
+		}
+	}
+}
+
+// round writes what its workers handed off plus their buffers of closed
+// epochs, then a mark, and publishes the logger's durable epoch. It
+// reports whether it wrote anything.
+//
+// The mark's X is min(E, epochs of committing workers) − 1, with E and the
+// workers read before the buffers are collected: a worker committing into
+// an epoch ≤ X had entered before those reads, so it finished and handed
+// its buffer off before the collection or is still committing (and holds X
+// below its epoch). Buffers of epochs < E left in workers are collected
+// here too, so an idle worker never holds D back.
+func (lg *logger) round() bool {
+	db := lg.db
+	eNow := db.epoch.Load()
+	low := eNow
+	for _, w := range lg.workers {
+		if a := w.active.Load(); a != 0 && a < low {
+			low = a
+		}
+	}
+	x := low - 1
+	lg.mu.Lock()
+	bufs := lg.mu.queue
+	lg.mu.queue = nil
+	lg.mu.Unlock()
+	for _, w := range lg.workers {
+		w.logMu.Lock()
+		if b := w.buf; b != nil && b.epoch < eNow {
+			bufs = append(bufs, b)
+			lg.mu.Lock()
+			lg.mu.pending += len(b.data)
+			lg.mu.Unlock()
+			w.buf = nil
+		}
+		w.logMu.Unlock()
+	}
+	if len(bufs) == 0 && x <= lg.durable.Load() {
+		return false
+	}
+	recs := make([][]byte, 0, len(bufs)+1)
+	size, maxEp := 0, x+1
+	for _, b := range bufs {
+		recs = append(recs, b.data)
+		size += len(b.data)
+		maxEp = max(maxEp, b.epoch)
+	}
+	recs = append(recs, binary.AppendUvarint([]byte{recMark}, x))
+	last, err := lg.sink.Append(recs)
+	if err != nil {
+		db.fail(fmt.Errorf("logger %d: %w", lg.id, err))
+		lg.release(size)
+		return false
+	}
+	lg.spanMu.Lock()
+	lg.maxEp = max(lg.maxEp, maxEp)
+	lg.spans = append(lg.spans, logSpan{last: last, maxEpoch: lg.maxEp})
+	lg.spanMu.Unlock()
+	if x > lg.durable.Load() {
+		lg.durable.Store(x)
+	}
+	db.updateDurable()
+	for _, b := range bufs {
+		if cap(b.data) <= 2*db.cfg.LogBufferSize {
+			bufPool.Put(b)
+		}
+	}
+	lg.release(size)
+	return true
+}
+
+// truncateBefore drops the log prefix whose records all belong to epochs
+// before from (a checkpoint that started at from covers them).
+func (lg *logger) truncateBefore(from uint64) error {
+	lg.spanMu.Lock()
+	cut := -1
+	for i, s := range lg.spans {
+		if s.maxEpoch >= from {
+			break
+		}
+		cut = i
+	}
+	var index uint64
+	if cut >= 0 {
+		index = lg.spans[cut].last + 1
+		lg.spans = append(lg.spans[:0], lg.spans[cut+1:]...)
+	}
+	lg.spanMu.Unlock()
+	if index == 0 {
+		return nil
+	}
+	return lg.sink.TruncateFront(index)
+}
+
+// ---- the write-ahead log as a sink -------------------------------------------
+
+type walSink struct{ l *wal.Log }
+
+// openWALSink opens logger i's write-ahead log in dir/log-<i> with the
+// batch policy: each Append is one write and one fdatasync.
+func openWALSink(fs vfs.FS, dir string, i int) (LogSink, error) {
+	l, err := wal.Open(wal.Config{Dir: fs.PathJoin(dir, fmt.Sprintf("log-%d", i)), FS: fs, Policy: wal.BatchPolicy(), MaxRecordSize: 64 << 20, SegmentSize: 256 << 20})
+	if err != nil {
+		return nil, err
+	}
+	return &walSink{l}, nil
+}
+
+func (s *walSink) Append(recs [][]byte) (uint64, error) {
+	first, err := s.l.AppendBatch(context.Background(), recs)
+	if err != nil {
+		return 0, err
+	}
+	return first + uint64(len(recs)) - 1, nil
+}
+
+func (s *walSink) Replay(fn func(uint64, []byte) error) error {
+	first := s.l.FirstIndex()
+	if s.l.LastIndex() < first || s.l.LastIndex() == 0 {
+		return nil
+	}
+	return s.l.Scan(first, fn)
+}
+
+func (s *walSink) TruncateFront(index uint64) error { return s.l.TruncateFront(index) }
+func (s *walSink) Close() error                     { return s.l.Close() }

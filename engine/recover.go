@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// Recovery (SiloR), on Open:
+//
+//  1. Load the catalog.
+//  2. Load the newest complete checkpoint (epochs Cs..Ce), if any.
+//  3. Read each logger's log once to find its last mark X_l, the durable
+//     epoch it had published. The recovered durable epoch is
+//     D = min over loggers of X_l (a logger without marks counts as Ce): no
+//     commit of a later epoch was ever acknowledged, and some may be only
+//     partly logged.
+//  4. Replay every logger's log in parallel, applying buffers whose epoch e
+//     has Cs ≤ e ≤ D and is not void; per key the highest TID wins, so the
+//     order of application does not matter.
+//  5. Epochs above D that appear in the logs (maxSeen) are recorded as void
+//     in the catalog before anything new is logged, and the epoch restarts
+//     above them: those records stay in the log files but are never
+//     applied, even once later epochs pass them.
+func (db *DB) recover() error {
+	if err := db.loadCatalog(); err != nil {
+		return err
+	}
+	var cs, ce uint64
+	name, ok, err := db.newestCheckpoint()
+	if err != nil {
+		return err
+	}
+	if ok {
+		var rows int
+		if cs, ce, rows, err = db.loadCheckpoint(name); err != nil {
+			return err
+		}
+		db.ckpt.Store(cs)
+		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", name, rows, cs, ce)
+	}
+	if db.cfg.Log == LogNone {
+		db.epoch.Store(max(ce, db.maxVoid()) + 1)
+		return nil
+	}
+	type logInfo struct {
+		mark, maxSeen, last uint64
+		marked              bool
+	}
+	infos := make([]logInfo, len(db.loggers))
+	for i, lg := range db.loggers {
+		s, err := db.cfg.OpenSink(db.fs, db.cfg.Dir, i)
+		if err != nil {
+			return fmt.Errorf("engine: opening log %d: %w", i, err)
+		}
+		lg.sink = s
+		info := &infos[i]
+		err = s.Replay(func(index uint64, rec []byte) error {
+			info.last = index
+			kind, e, err := recordHeader(rec)
+			if err != nil {
+				return &CorruptionError{File: fmt.Sprintf("log-%d", i), Offset: int64(index), Err: err}
+			}
+			if kind == recMark {
+				info.mark, info.marked = e, true
+				e++
+			}
+			info.maxSeen = max(info.maxSeen, e)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	d := ^uint64(0)
+	maxSeen := max(ce, db.maxVoid())
+	for i, info := range infos {
+		m := info.mark
+		if !info.marked {
+			m = ce
+		}
+		if m < ce {
+			return fmt.Errorf("engine: log %d is durable only to epoch %d, before the checkpoint's end %d: log files are missing", i, m, ce)
+		}
+		d = min(d, m)
+		maxSeen = max(maxSeen, info.maxSeen)
+	}
+	void := db.cat.voidRanges()
+	var wg sync.WaitGroup
+	errs := make([]error, len(db.loggers))
+	for i, lg := range db.loggers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = db.replay(i, lg.sink, cs, d, void)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	if maxSeen > d {
+		db.cat.mu.Lock()
+		db.cat.mu.void = append(db.cat.mu.void, epochRange{d + 1, maxSeen})
+		err := db.saveCatalogLocked()
+		db.cat.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("engine: recording void epochs: %w", err)
+		}
+		db.cfg.Logf("engine: epochs %d..%d were not durable; their log records are void", d+1, maxSeen)
+	}
+	for i, lg := range db.loggers {
+		lg.durable.Store(d)
+		lg.maxEp = infos[i].maxSeen
+		if infos[i].last > 0 {
+			lg.spans = []logSpan{{last: infos[i].last, maxEpoch: maxSeen}}
+		}
+	}
+	db.durable.Store(d)
+	db.epoch.Store(maxSeen + 1)
+	return nil
+}
+
+func (db *DB) maxVoid() uint64 {
+	var m uint64
+	for _, r := range db.cat.voidRanges() {
+		m = max(m, r.To)
+	}
+	return m
+}
+
+// recordHeader decodes a log record's kind and epoch (a buffer's epoch or
+// a mark's X).
+func recordHeader(rec []byte) (byte, uint64, error) {
+	if len(rec) == 0 {
+		return 0, 0, malformed("empty log record")
+	}
+	e, n := binary.Uvarint(rec[1:])
+	if n <= 0 {
+		return 0, 0, malformed("bad epoch")
+	}
+	switch rec[0] {
+	case recBuffer:
+		if e == 0 || e > MaxEpoch {
+			return 0, 0, malformed("buffer of epoch %d", e)
+		}
+	case recMark:
+		if n+1 != len(rec) {
+			return 0, 0, malformed("mark of %d bytes", len(rec))
+		}
+	default:
+		return 0, 0, malformed("record kind %d", rec[0])
+	}
+	return rec[0], e, nil
+}
+
+// replay applies logger i's buffers of the epochs in [from, to] that are
+// not void, decoding them on every core.
+func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) error {
+	type job struct {
+		index uint64
+		rec   []byte
+	}
+	jobs := make(chan job, 16)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	workers := max(1, runtime.GOMAXPROCS(0)/len(db.loggers))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if err := db.applyBuffer(j.rec); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = &CorruptionError{File: fmt.Sprintf("log-%d", i), Offset: int64(j.index), Err: err}
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	err := s.Replay(func(index uint64, rec []byte) error {
+		kind, e, _ := recordHeader(rec)
+		if kind != recBuffer || e < from || e > to || isVoid(void, e) {
+			return nil
+		}
+		jobs <- job{index, append([]byte(nil), rec...)}
+		return nil
+	})
+	close(jobs)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	return first
+}
+
+func isVoid(void []epochRange, e uint64) bool {
+	for _, r := range void {
+		if e >= r.From && e <= r.To {
+			return true
+		}
+	}
+	return false
+}
+
+// applyBuffer applies one logged buffer: transactions of (tid, writes).
+func (db *DB) applyBuffer(rec []byte) error {
+	d := decoder{b: rec[1:]}
+	epoch := d.uvarint("epoch")
+	for len(d.b) > 0 && d.err == nil {
+		tid := d.u64("tid")
+		n := d.uvarint("write count")
+		if d.err != nil {
+			break
+		}
+		if err := checkTID(tid, epoch); err != nil {
+			return err
+		}
+		if n == 0 || n > uint64(len(d.b)) {
+			return malformed("transaction of %d writes in %d bytes", n, len(d.b))
+		}
+		for range n {
+			w, t, ok := d.write(db.cat.byID)
+			if d.err != nil {
+				return d.err
+			}
+			if ok {
+				if err := apply(t, w, tid); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return d.err
+}
+
+// trimVoid forgets void ranges that end before a checkpoint's start: the
+// log records they cover are truncated or skipped as older than it.
+func (db *DB) trimVoid(cs uint64) {
+	db.cat.mu.Lock()
+	defer db.cat.mu.Unlock()
+	kept := db.cat.mu.void[:0:0]
+	for _, r := range db.cat.mu.void {
+		if r.To >= cs {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == len(db.cat.mu.void) {
+		return
+	}
+	old := db.cat.mu.void
+	db.cat.mu.void = kept
+	if err := db.saveCatalogLocked(); err != nil {
+		db.cat.mu.void = old
+	}
+}

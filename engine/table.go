@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/btree"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// record is one row's slot in the index. Its TID word guards row: a reader
+// loads tid, row, tid and keeps the pair only if both loads of tid agree
+// and were unlocked. row is immutable once stored; a committing writer
+// stores a new one while holding the lock bit.
+type record struct {
+	tid atomic.Uint64
+	row atomic.Pointer[row]
+	ck  string // encoded clustering key ("" without one)
+	p   *partition
+}
+
+// row holds the value columns of a row, in schema order.
+type row struct{ cols []storage.Value }
+
+// partition is the rows sharing a partition key. A table without a
+// clustering key has exactly one record per partition, solo; otherwise the
+// records sit in a B-tree ordered by encoded clustering key, guarded by mu.
+// ver changes whenever a record is added to or unlinked from the tree: a
+// scan or an absent read validates against it, the way Silo validates
+// Masstree node versions.
+type partition struct {
+	t    *table
+	pk   string          // encoded partition key
+	keys []storage.Value // partition-key values
+	solo *record
+
+	mu   sync.RWMutex
+	tree *btree.BTreeG[*record]
+	ver  atomic.Uint64
+}
+
+func recordLess(a, b *record) bool { return a.ck < b.ck }
+
+// bucketCount is the number of structure versions per table that guard the
+// partition map against phantoms: creating or unlinking a partition bumps
+// its bucket's version, which a read that found no partition recorded.
+const bucketCount = 1024
+
+// table is one table incarnation. id is never reused, so log records and
+// checkpoints of a dropped table are recognised and skipped.
+type table struct {
+	id     uint64
+	schema *storage.Table
+	valIdx map[string]int // value column → position in row.cols
+	seed   maphash.Seed
+
+	parts   sync.Map // encoded partition key (string) → *partition
+	buckets [bucketCount]atomic.Uint64
+	dropped atomic.Bool
+}
+
+func newTable(id uint64, schema *storage.Table) *table {
+	t := &table{id: id, schema: schema, valIdx: make(map[string]int, len(schema.Columns)), seed: maphash.MakeSeed()}
+	for i, c := range schema.Columns {
+		t.valIdx[c.Name] = i
+	}
+	return t
+}
+
+func (t *table) clustered() bool { return len(t.schema.ClusteringKey) > 0 }
+
+func (t *table) bucket(pk string) *atomic.Uint64 {
+	return &t.buckets[maphash.String(t.seed, pk)%bucketCount]
+}
+
+// encodePartition encodes a checked partition key.
+func (t *table) encodePartition(vals storage.Values) string {
+	var b []byte
+	for _, c := range t.schema.PartitionKey {
+		b = appendKeyValue(b, vals[c.Name], false)
+	}
+	return string(b)
+}
+
+// encodeClustering encodes a checked clustering key, or a bound's prefix.
+func (t *table) encodeClustering(vals storage.Values) string {
+	var b []byte
+	for _, c := range t.schema.ClusteringKey {
+		v, ok := vals[c.Name]
+		if !ok {
+			break
+		}
+		b = appendKeyValue(b, v, c.Order == storage.Desc)
+	}
+	return string(b)
+}
+
+// decodePartition decodes a stored partition key.
+func (t *table) decodePartition(pk string) ([]storage.Value, error) {
+	b := []byte(pk)
+	out := make([]storage.Value, len(t.schema.PartitionKey))
+	for i, c := range t.schema.PartitionKey {
+		v, rest, err := decodeKeyValue(b, c.Type, false)
+		if err != nil {
+			return nil, err
+		}
+		out[i], b = v, rest
+	}
+	if len(b) != 0 {
+		return nil, errKeyEncoding
+	}
+	return out, nil
+}
+
+// decodeClustering decodes a stored clustering key.
+func (t *table) decodeClustering(ck string) ([]storage.Value, error) {
+	b := []byte(ck)
+	out := make([]storage.Value, len(t.schema.ClusteringKey))
+	for i, c := range t.schema.ClusteringKey {
+		v, rest, err := decodeKeyValue(b, c.Type, c.Order == storage.Desc)
+		if err != nil {
+			return nil, err
+		}
+		out[i], b = v, rest
+	}
+	if len(b) != 0 {
+		return nil, errKeyEncoding
+	}
+	return out, nil
+}
+
+// partition returns the partition of pk, or nil. Before looking, it reads
+// the version of pk's bucket, which a caller that finds nothing validates.
+func (t *table) partition(pk string) (*partition, uint64) {
+	v := t.bucket(pk).Load()
+	if p, ok := t.parts.Load(pk); ok {
+		return p.(*partition), v
+	}
+	return nil, v
+}
+
+// makePartition returns pk's partition, creating it (empty, or with an
+// absent solo record) if missing. keys decodes pk lazily when it is nil.
+// created reports a new partition, whose bucket version this call bumped
+// from the returned old value.
+func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, created bool, old uint64, err error) {
+	if v, ok := t.parts.Load(pk); ok {
+		return v.(*partition), false, 0, nil
+	}
+	if keys == nil {
+		if keys, err = t.decodePartition(pk); err != nil {
+			return nil, false, 0, err
+		}
+	}
+	np := &partition{t: t, pk: pk, keys: keys}
+	if t.clustered() {
+		np.tree = btree.NewG(16, recordLess)
+	} else {
+		np.solo = newRecord(np, "")
+	}
+	v, loaded := t.parts.LoadOrStore(pk, np)
+	if loaded {
+		return v.(*partition), false, 0, nil
+	}
+	old = t.bucket(pk).Add(1) - 1
+	return np, true, old, nil
+}
+
+func newRecord(p *partition, ck string) *record {
+	r := &record{ck: ck, p: p}
+	r.tid.Store(tidLatest | tidAbsent)
+	return r
+}
+
+// lookup returns the record for ck in a clustered partition, or nil and
+// the partition version to validate the absence against.
+func (p *partition) lookup(ck string) (*record, uint64) {
+	if p.solo != nil {
+		return p.solo, 0
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	r, _ := p.tree.Get(&record{ck: ck})
+	return r, p.ver.Load()
+}
+
+// makeRecord returns the record for ck, inserting an absent one if
+// missing. created reports an insert, which bumped the partition version
+// from old.
+func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) {
+	if p.solo != nil {
+		return p.solo, false, 0
+	}
+	if r, _ := p.lookup(ck); r != nil {
+		return r, false, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.tree.Get(&record{ck: ck}); ok {
+		return r, false, 0
+	}
+	r = newRecord(p, ck)
+	p.tree.ReplaceOrInsert(r)
+	return r, true, p.ver.Add(1) - 1
+}
+
+// rangeRecords returns the records with lo ≤ ck < hi ("" hi: no end), in
+// ascending or descending order, and the partition version they were read
+// at. It stops after max records when max > 0.
+func (p *partition) rangeRecords(lo, hi string, desc bool, max int) ([]*record, uint64) {
+	if p.solo != nil {
+		return []*record{p.solo}, 0
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []*record
+	visit := func(r *record) bool {
+		out = append(out, r)
+		return max <= 0 || len(out) < max
+	}
+	loR := &record{ck: lo}
+	switch {
+	case !desc && hi == "":
+		p.tree.AscendGreaterOrEqual(loR, visit)
+	case !desc:
+		p.tree.AscendRange(loR, &record{ck: hi}, visit)
+	default:
+		// DescendRange is (lessOrEqual, greaterThan]; walk down from just
+		// below hi and stop below lo.
+		down := func(r *record) bool {
+			if r.ck < lo {
+				return false
+			}
+			return visit(r)
+		}
+		if hi == "" {
+			p.tree.Descend(down)
+		} else {
+			p.tree.DescendLessOrEqual(&record{ck: hi}, func(r *record) bool {
+				if r.ck >= hi {
+					return true
+				}
+				return down(r)
+			})
+		}
+	}
+	return out, p.ver.Load()
+}
+
+// readStable returns a consistent (TID word, row) pair of r. It waits out
+// a writer's lock, so the TID returned is never locked.
+func (r *record) readStable() (uint64, *row) {
+	for spins := 0; ; spins++ {
+		t1 := r.tid.Load()
+		if t1&tidLock != 0 {
+			backoff(spins)
+			continue
+		}
+		rw := r.row.Load()
+		if r.tid.Load() == t1 {
+			return t1, rw
+		}
+	}
+}

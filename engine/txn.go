@@ -1,0 +1,381 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// tx is the OCC core of a transaction (Silo): reads record the TID they
+// saw, absent reads and scans record a structure version, and writes are
+// buffered until commit. It is not safe for concurrent use.
+type tx struct {
+	db     *DB
+	reads  []readEntry
+	nodes  []nodeEntry
+	writes []writeEntry
+	widx   map[wkey]int // index into writes, once there are many
+	// readMax is the largest version read: a read-only transaction is
+	// released once that version's epoch is durable.
+	readMax uint64
+}
+
+type readEntry struct {
+	r   *record
+	tid uint64 // the TID word seen, unlocked
+}
+
+type nodeEntry struct {
+	ver *atomic.Uint64
+	v   uint64
+}
+
+type wkey struct {
+	t      *table
+	pk, ck string
+}
+
+// writeEntry is a buffered write. cols holds the value columns; set says
+// which a partial Put sets (nil: all of them). At commit a partial Put is
+// merged into the row current under the record's lock.
+type writeEntry struct {
+	wkey
+	pkeys []storage.Value // partition-key values, if known
+	del   bool
+	cols  []storage.Value
+	set   []bool
+
+	r   *record
+	old uint64 // TID word at lock time
+	out *row   // row installed (nil for a delete)
+}
+
+const linearWrites = 16
+
+func (x *tx) findWrite(k wkey) int {
+	if x.widx != nil {
+		if i, ok := x.widx[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range x.writes {
+		if x.writes[i].wkey == k {
+			return i
+		}
+	}
+	return -1
+}
+
+func (x *tx) addWrite(w writeEntry) {
+	x.writes = append(x.writes, w)
+	if x.widx == nil && len(x.writes) > linearWrites {
+		x.widx = make(map[wkey]int, 2*len(x.writes))
+		for i := range x.writes {
+			x.widx[x.writes[i].wkey] = i
+		}
+	} else if x.widx != nil {
+		x.widx[w.wkey] = len(x.writes) - 1
+	}
+}
+
+func (x *tx) noteRead(r *record, tid uint64) {
+	x.reads = append(x.reads, readEntry{r, tid})
+	x.readMax = max(x.readMax, tidVersion(tid))
+}
+
+// readCommitted reads the committed row of (t, pk, ck) and records what
+// validation needs. It returns nil if there is no row.
+func (x *tx) readCommitted(t *table, pk, ck string) *row {
+	p, bv := t.partition(pk)
+	if p == nil {
+		x.nodes = append(x.nodes, nodeEntry{t.bucket(pk), bv})
+		return nil
+	}
+	r, pv := p.lookup(ck)
+	if r == nil {
+		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
+		return nil
+	}
+	tid, rw := r.readStable()
+	x.noteRead(r, tid)
+	if tid&tidAbsent != 0 {
+		return nil
+	}
+	return rw
+}
+
+// get returns the row as this transaction sees it: its own write if any,
+// else the committed row.
+func (x *tx) get(t *table, pk, ck string) []storage.Value {
+	i := x.findWrite(wkey{t, pk, ck})
+	if i < 0 {
+		if rw := x.readCommitted(t, pk, ck); rw != nil {
+			return rw.cols
+		}
+		return nil
+	}
+	w := &x.writes[i]
+	switch {
+	case w.del:
+		return nil
+	case w.set == nil:
+		return w.cols
+	}
+	base := x.readCommitted(t, pk, ck)
+	return merge(t, base, w.cols, w.set)
+}
+
+// merge overlays the set columns of cols on base (nil: a new row, all
+// NULL).
+func merge(t *table, base *row, cols []storage.Value, set []bool) []storage.Value {
+	out := make([]storage.Value, len(cols))
+	for i := range out {
+		switch {
+		case set[i]:
+			out[i] = cols[i]
+		case base != nil:
+			out[i] = base.cols[i]
+		default:
+			out[i] = storage.NullOf(t.schema.Columns[i].Type)
+		}
+	}
+	return out
+}
+
+// put buffers a write of the set columns (set nil: all columns).
+func (x *tx) put(t *table, pk, ck string, pkeys, cols []storage.Value, set []bool) {
+	k := wkey{t, pk, ck}
+	i := x.findWrite(k)
+	if i < 0 {
+		x.addWrite(writeEntry{wkey: k, pkeys: pkeys, cols: cols, set: set})
+		return
+	}
+	w := &x.writes[i]
+	switch {
+	case set == nil:
+		w.cols, w.set = cols, nil
+	case w.del:
+		// The row is gone within this transaction: unset columns are NULL.
+		w.cols, w.set = merge(t, nil, cols, set), nil
+	default:
+		merged := slices.Clone(w.cols)
+		for j := range cols {
+			if set[j] {
+				merged[j] = cols[j]
+				if w.set != nil {
+					w.set[j] = true
+				}
+			}
+		}
+		w.cols = merged
+	}
+	w.del = false
+}
+
+func (x *tx) del(t *table, pk, ck string, pkeys []storage.Value) {
+	k := wkey{t, pk, ck}
+	if i := x.findWrite(k); i >= 0 {
+		w := &x.writes[i]
+		w.del, w.cols, w.set = true, nil, nil
+		return
+	}
+	x.addWrite(writeEntry{wkey: k, pkeys: pkeys, del: true})
+}
+
+// bumped adjusts this transaction's own structure reads after its commit
+// inserted into a structure whose version went from old to old+1, so its
+// own insert does not fail its validation (Silo does the same for node
+// versions it changed itself).
+func (x *tx) bumped(ver *atomic.Uint64, old uint64) {
+	for i := range x.nodes {
+		if x.nodes[i].ver == ver && x.nodes[i].v == old {
+			x.nodes[i].v = old + 1
+		}
+	}
+}
+
+// commit runs Silo's commit protocol and returns the commit epoch: the
+// transaction is committed (visible) but durable only once the durable
+// epoch reaches it. On ErrConflict nothing was written.
+func (x *tx) commit(ctx context.Context) (uint64, error) {
+	if len(x.writes) == 0 {
+		return x.commitReadOnly()
+	}
+	var w *worker
+	select {
+	case w = <-x.db.slots:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	e, err := x.commitOn(w)
+	x.db.slots <- w
+	if x.db.want.Load() {
+		x.db.wakeLoggers()
+	}
+	if err == nil {
+		w.lg.throttle()
+	}
+	return e, err
+}
+
+// commitReadOnly validates the reads: a read-only transaction serializes
+// at its validation, and what it read is durable once the durable epoch
+// reaches the epoch of the newest version it read.
+func (x *tx) commitReadOnly() (uint64, error) {
+	for _, rd := range x.reads {
+		if rd.r.tid.Load() != rd.tid {
+			return 0, errConflict
+		}
+	}
+	for _, n := range x.nodes {
+		if n.ver.Load() != n.v {
+			return 0, errConflict
+		}
+	}
+	return tidEpoch(x.readMax), nil
+}
+
+var errConflict = &storage.Error{Kind: storage.ErrConflict, Op: "commit", Detail: "a record read or written changed before commit"}
+
+func (x *tx) commitOn(w *worker) (uint64, error) {
+	db := x.db
+	w.enter(db)
+	defer w.active.Store(0)
+
+	// Find or insert (absent) the records written.
+	for i := range x.writes {
+		wr := &x.writes[i]
+		p, created, old, err := wr.t.makePartition(wr.pk, wr.pkeys)
+		if err != nil {
+			return 0, err
+		}
+		if created {
+			x.bumped(wr.t.bucket(wr.pk), old)
+		}
+		r, created, old := p.makeRecord(wr.ck)
+		if created {
+			x.bumped(&p.ver, old)
+		}
+		wr.r = r
+	}
+
+	// Phase 1: lock the write set in a global order (table id, key).
+	slices.SortFunc(x.writes, func(a, b writeEntry) int {
+		if a.t.id != b.t.id {
+			if a.t.id < b.t.id {
+				return -1
+			}
+			return 1
+		}
+		if c := strings.Compare(a.pk, b.pk); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ck, b.ck)
+	})
+	x.widx = nil // positions changed
+	locked := 0
+	unlock := func() {
+		for i := 0; i < locked; i++ {
+			x.writes[i].r.tid.Store(x.writes[i].old)
+		}
+	}
+	for i := range x.writes {
+		wr := &x.writes[i]
+		for spins := 0; ; spins++ {
+			cur := wr.r.tid.Load()
+			if cur&tidLock == 0 && wr.r.tid.CompareAndSwap(cur, cur|tidLock) {
+				wr.old = cur
+				break
+			}
+			backoff(spins)
+		}
+		locked++
+		if wr.old&tidLatest == 0 || wr.t.dropped.Load() {
+			unlock()
+			return 0, errConflict
+		}
+	}
+
+	// The commit epoch, read after every lock is held (Go's atomics are
+	// sequentially consistent, which is the fence Silo needs here).
+	e := db.epoch.Load()
+
+	// Phase 2: validate the reads and the structures read.
+	var own map[*record]bool
+	if len(x.writes) > linearWrites {
+		own = make(map[*record]bool, len(x.writes))
+		for i := range x.writes {
+			own[x.writes[i].r] = true
+		}
+	}
+	ownLocked := func(r *record) bool {
+		if own != nil {
+			return own[r]
+		}
+		for i := range x.writes {
+			if x.writes[i].r == r {
+				return true
+			}
+		}
+		return false
+	}
+	maxv := w.lastTID
+	for _, rd := range x.reads {
+		cur := rd.r.tid.Load()
+		if cur&^tidLock != rd.tid || (cur&tidLock != 0 && !ownLocked(rd.r)) {
+			unlock()
+			return 0, errConflict
+		}
+		maxv = max(maxv, tidVersion(rd.tid))
+	}
+	for _, n := range x.nodes {
+		if n.ver.Load() != n.v {
+			unlock()
+			return 0, errConflict
+		}
+	}
+	for i := range x.writes {
+		maxv = max(maxv, tidVersion(x.writes[i].old))
+	}
+	tid, ok := nextTID(maxv, e)
+	if !ok {
+		unlock()
+		db.want.Store(true) // sequence numbers of this epoch ran out
+		return 0, errConflict
+	}
+
+	// Phase 3: build the rows, log them, install and unlock.
+	for i := range x.writes {
+		wr := &x.writes[i]
+		switch {
+		case wr.del:
+			wr.out = nil
+		case wr.set == nil:
+			wr.out = &row{cols: wr.cols}
+		default:
+			var base *row
+			if wr.old&tidAbsent == 0 {
+				base = wr.r.row.Load()
+			}
+			wr.out = &row{cols: merge(wr.t, base, wr.cols, wr.set)}
+		}
+	}
+	if db.cfg.Log == LogWAL {
+		w.log(x.writes, tid, e)
+	}
+	for i := range x.writes {
+		wr := &x.writes[i]
+		status := tidLatest
+		if wr.out == nil {
+			status |= tidAbsent
+		}
+		wr.r.row.Store(wr.out)
+		wr.r.tid.Store(tid | status)
+	}
+	w.lastTID = tid
+	return e, nil
+}
