@@ -365,4 +365,3 @@ func (db *DB) ListTables(ctx context.Context, ns string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
-
