@@ -37,6 +37,9 @@ type Config struct {
 	// OpenSink opens logger i's sink; nil opens a wal.Log with the batch
 	// policy in Dir/log-<i>. A Raft-backed sink plugs in here.
 	OpenSink func(fs vfs.FS, dir string, i int) (LogSink, error)
+	// LogSegmentSize is the segment size of the default sink's logs, in
+	// bytes. 0 means 64 MiB.
+	LogSegmentSize int64
 	// Loggers is the number of logger goroutines, each with its own sink.
 	// 0 means 1.
 	Loggers int
@@ -72,8 +75,12 @@ func (c *Config) validate() error {
 	if c.Log != LogWAL && c.Log != LogNone {
 		return fmt.Errorf("engine: unknown log mode %d", c.Log)
 	}
+	if c.LogSegmentSize == 0 {
+		c.LogSegmentSize = 64 << 20
+	}
 	if c.OpenSink == nil {
-		c.OpenSink = openWALSink
+		seg := c.LogSegmentSize
+		c.OpenSink = func(fs vfs.FS, dir string, i int) (LogSink, error) { return openWALSink(fs, dir, i, seg) }
 	}
 	if c.Loggers == 0 {
 		c.Loggers = 1

@@ -18,6 +18,8 @@ import (
 // Raft group, whose "durable" means fsynced by a majority, implements it
 // for replication. A sink is used by one logger goroutine at a time.
 type LogSink interface {
+	// MaxRecordSize is the largest record Append takes, in bytes.
+	MaxRecordSize() int
 	// Append writes records after those already in the sink, in order, and
 	// returns the index of the last one once all of them are durable.
 	// Indexes increase by one per record. An error is fatal: the engine
@@ -35,7 +37,7 @@ type LogSink interface {
 // Log record payloads, one per handed-off buffer or durable mark:
 //
 //	buffer = 1 uvarint(epoch) txn*
-//	txn    = tid(8 bytes LE) uvarint(n) write*n     (write: see codec.go)
+//	txn    = tid(8 bytes LE) n(4 bytes LE) write*n  (write: see codec.go)
 //	mark   = 2 uvarint(X)    "every record of this logger of an epoch ≤ X
 //	                          is in the log before this mark"
 const (
@@ -63,33 +65,56 @@ func newLogBuf(epoch uint64, size int) *logBuf {
 
 // log appends a committed transaction's writes to the worker's buffer for
 // epoch e, handing the buffer to the logger when the epoch changes or it
-// fills up. Called with the write set locked.
+// fills up. A transaction too large for one record is split over several
+// entries with the same TID; recovery applies all of an epoch or none of
+// it, so the split does not matter. Called with the write set locked.
 func (w *worker) log(writes []writeEntry, tid, e uint64) {
-	size := w.lg.db.cfg.LogBufferSize
+	size, limit := w.lg.db.cfg.LogBufferSize, w.lg.maxRecord
 	w.logMu.Lock()
+	defer w.logMu.Unlock()
 	if w.buf != nil && w.buf.epoch != e {
 		w.lg.handoff(w.buf)
 		w.buf = nil
 	}
-	if w.buf == nil {
-		w.buf = newLogBuf(e, size)
+	var hdr, count int
+	start := func() {
+		if w.buf == nil {
+			w.buf = newLogBuf(e, size)
+		}
+		hdr, count = len(w.buf.data), 0
+		w.buf.data = binary.LittleEndian.AppendUint64(w.buf.data, tid)
+		w.buf.data = binary.LittleEndian.AppendUint32(w.buf.data, 0)
 	}
-	b := binary.LittleEndian.AppendUint64(w.buf.data, tid)
-	b = binary.AppendUvarint(b, uint64(len(writes)))
+	finish := func() { binary.LittleEndian.PutUint32(w.buf.data[hdr+8:], uint32(count)) }
+	start()
 	for i := range writes {
 		wr := &writes[i]
 		var cols []storage.Value
 		if wr.out != nil {
 			cols = wr.out.cols
 		}
-		b = appendWrite(b, wr.t.id, wr.pk, wr.ck, cols, wr.out == nil)
+		before := len(w.buf.data)
+		w.buf.data = appendWrite(w.buf.data, wr.t.id, wr.pk, wr.ck, cols, wr.out == nil)
+		if len(w.buf.data) > limit && (count > 0 || before > hdr+12) {
+			enc := append([]byte(nil), w.buf.data[before:]...)
+			w.buf.data = w.buf.data[:before]
+			if count > 0 {
+				finish()
+			} else {
+				w.buf.data = w.buf.data[:hdr]
+			}
+			w.lg.handoff(w.buf)
+			w.buf = nil
+			start()
+			w.buf.data = append(w.buf.data, enc...)
+		}
+		count++
 	}
-	w.buf.data = b
-	if len(b) >= size {
+	finish()
+	if len(w.buf.data) >= size {
 		w.lg.handoff(w.buf)
 		w.buf = nil
 	}
-	w.logMu.Unlock()
 }
 
 // logger writes its workers' buffers to its sink and publishes its durable
@@ -98,8 +123,9 @@ type logger struct {
 	db      *DB
 	id      int
 	workers []*worker
-	sink    LogSink
-	wake    chan struct{}
+	sink      LogSink
+	maxRecord int // largest record the sink takes
+	wake      chan struct{}
 	durable atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 
 	mu struct {
@@ -278,17 +304,24 @@ func (lg *logger) truncateBefore(from uint64) error {
 
 // ---- the write-ahead log as a sink -------------------------------------------
 
-type walSink struct{ l *wal.Log }
+type walSink struct {
+	l   *wal.Log
+	max int
+}
 
 // openWALSink opens logger i's write-ahead log in dir/log-<i> with the
 // batch policy: each Append is one write and one fdatasync.
-func openWALSink(fs vfs.FS, dir string, i int) (LogSink, error) {
-	l, err := wal.Open(wal.Config{Dir: fs.PathJoin(dir, fmt.Sprintf("log-%d", i)), FS: fs, Policy: wal.BatchPolicy(), MaxRecordSize: 64 << 20, SegmentSize: 256 << 20})
+func openWALSink(fs vfs.FS, dir string, i int, segSize int64) (LogSink, error) {
+	cfg := wal.Config{Dir: fs.PathJoin(dir, fmt.Sprintf("log-%d", i)), FS: fs, Policy: wal.BatchPolicy(), SegmentSize: segSize,
+		MaxRecordSize: int(min(segSize-64, 64<<20)), MaxPending: 128 << 20}
+	l, err := wal.Open(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &walSink{l}, nil
+	return &walSink{l, cfg.MaxRecordSize}, nil
 }
+
+func (s *walSink) MaxRecordSize() int { return s.max }
 
 func (s *walSink) Append(recs [][]byte) (uint64, error) {
 	first, err := s.l.AppendBatch(context.Background(), recs)

@@ -55,6 +55,10 @@ func (db *DB) recover() error {
 			return fmt.Errorf("engine: opening log %d: %w", i, err)
 		}
 		lg.sink = s
+		lg.maxRecord = s.MaxRecordSize()
+		if lg.maxRecord < 4<<10 {
+			return fmt.Errorf("engine: log %d takes records of at most %d bytes", i, lg.maxRecord)
+		}
 		info := &infos[i]
 		err = s.Replay(func(index uint64, rec []byte) error {
 			info.last = index
@@ -217,10 +221,11 @@ func (db *DB) applyBuffer(rec []byte) error {
 	epoch := d.uvarint("epoch")
 	for len(d.b) > 0 && d.err == nil {
 		tid := d.u64("tid")
-		n := d.uvarint("write count")
+		nb := d.bytes(4, "write count")
 		if d.err != nil {
 			break
 		}
+		n := uint64(binary.LittleEndian.Uint32(nb))
 		if err := checkTID(tid, epoch); err != nil {
 			return err
 		}

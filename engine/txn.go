@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -365,6 +366,14 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		}
 	}
 	if db.cfg.Log == LogWAL {
+		// Each write must fit one log record with its headers.
+		for i := range x.writes {
+			if n := writeSize(&x.writes[i]); n > w.lg.maxRecord-64 {
+				unlock()
+				return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: x.writes[i].t.schema.Namespace,
+					Table: x.writes[i].t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the log takes %d", n, w.lg.maxRecord-64)}
+			}
+		}
 		w.log(x.writes, tid, e)
 	}
 	for i := range x.writes {
@@ -378,4 +387,15 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	}
 	w.lastTID = tid
 	return e, nil
+}
+
+// writeSize bounds the encoded size of a write.
+func writeSize(w *writeEntry) int {
+	n := len(w.pk) + len(w.ck) + 32
+	if w.out != nil {
+		for _, v := range w.out.cols {
+			n += v.Size() + 11
+		}
+	}
+	return n
 }
