@@ -1,8 +1,10 @@
 package engine_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage"
@@ -35,4 +37,17 @@ func opener(cfg engine.Config) storagetest.Opener {
 
 func TestConformance(t *testing.T) {
 	storagetest.Run(t, opener(engine.Config{}))
+}
+
+// TestContentionHistory runs list-append histories on a hot set of 10 keys
+// with 2 to 8 clients and checks each for dependency cycles.
+func TestContentionHistory(t *testing.T) {
+	open := opener(engine.Config{EpochInterval: time.Millisecond})
+	for _, workers := range []int{2, 4, 8} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("workers=%d/seed=%d", workers, seed), func(t *testing.T) {
+				storagetest.RunHistory(t, open, storagetest.HistoryConfig{Keys: 10, Workers: workers, PerWorker: 60, Seed: seed})
+			})
+		}
+	}
 }

@@ -435,10 +435,26 @@ func testLostUpdate(t *testing.T, open Opener) {
 // in one partition — gets, appends and whole-partition scans — and checks
 // the recorded history for strict serializability (history.go).
 func testHistory(t *testing.T, open Opener) {
+	RunHistory(t, open, HistoryConfig{Keys: 6, Workers: 8, PerWorker: 25})
+}
+
+// HistoryConfig shapes a RunHistory workload.
+type HistoryConfig struct {
+	Keys      int    // the hot keys, clustering keys of one partition
+	Workers   int    // concurrent clients
+	PerWorker int    // committed transactions each client needs
+	Seed      uint64 // varies the clients' random choices
+}
+
+// RunHistory runs a randomized list-append workload on a few hot keys
+// (gets, appends, which read first, and whole-partition scans, 1 to 4 per
+// transaction) from concurrent clients, records every attempt, and checks
+// the history for strict serializability (History.Check).
+func RunHistory(t *testing.T, open Opener, cfg HistoryConfig) {
 	e := newEnv(t, open)
 	tb := e.table("lists", cols(col("p", storage.TypeBigInt)), []storage.ClusteringColumn{ccol("k", storage.TypeBigInt, storage.Asc)},
 		cols(col("l", storage.TypeText)))
-	const keys, workers, perWorker = 6, 8, 25
+	keys, workers, perWorker := cfg.Keys, cfg.Workers, cfg.PerWorker
 	part := V{"p": i64(0)}
 	parse := func(row storage.Row, ok bool) []int {
 		if !ok || row["l"].AsText() == "" {
@@ -463,7 +479,7 @@ func testHistory(t *testing.T, open Opener) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 99))
+			r := rand.New(rand.NewPCG(uint64(w), 99+cfg.Seed))
 			for done, attempts := 0, 0; done < perWorker; attempts++ {
 				if attempts > 50*perWorker {
 					errc <- fmt.Errorf("worker %d: too many aborts", w)
