@@ -120,13 +120,13 @@ func (w *worker) log(writes []writeEntry, tid, e uint64) {
 // logger writes its workers' buffers to its sink and publishes its durable
 // epoch after each durable append.
 type logger struct {
-	db      *DB
-	id      int
-	workers []*worker
+	db        *DB
+	id        int
+	workers   []*worker
 	sink      LogSink
 	maxRecord int // largest record the sink takes
 	wake      chan struct{}
-	durable atomic.Uint64 // every buffer of an epoch ≤ durable is durable
+	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 
 	mu struct {
 		sync.Mutex
