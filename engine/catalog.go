@@ -29,6 +29,9 @@ type catalogFile struct {
 	Namespaces []string       `json:"namespaces"`
 	Tables     []catalogTable `json:"tables"`
 	Void       []epochRange   `json:"void_epochs,omitempty"`
+	// Loggers is the number of logs the data is spread over; opening with
+	// another Config.Loggers is refused.
+	Loggers int `json:"loggers"`
 }
 
 type catalogTable struct {
@@ -49,6 +52,7 @@ type catalog struct {
 		byID       map[uint64]*table
 		nextID     uint64
 		void       []epochRange
+		loggers    int
 	}
 }
 
@@ -103,7 +107,7 @@ func (c *catalog) voidRanges() []epochRange {
 }
 
 func (c *catalog) fileLocked() catalogFile {
-	f := catalogFile{Version: 1, NextID: c.mu.nextID, Void: c.mu.void}
+	f := catalogFile{Version: 1, NextID: c.mu.nextID, Void: c.mu.void, Loggers: c.mu.loggers}
 	for ns := range c.mu.namespaces {
 		f.Namespaces = append(f.Namespaces, ns)
 	}
@@ -188,6 +192,7 @@ func (db *DB) loadCatalog() error {
 	defer c.mu.Unlock()
 	c.mu.nextID = cf.NextID
 	c.mu.void = cf.Void
+	c.mu.loggers = cf.Loggers
 	for _, ns := range cf.Namespaces {
 		c.mu.namespaces[ns] = map[string]*table{}
 	}

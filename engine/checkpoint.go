@@ -37,7 +37,7 @@ const (
 	ckptPrefix   = "checkpoint-"
 	ckptTmp      = ".tmp"
 	ckptChunk    = 1 << 20
-	ckptMaxChunk = 64 << 20
+	ckptMaxChunk = ckptChunk + maxRowBytes + 1<<10
 	ckptMagic    = "kiroku-ckpt"
 	chunkData    = 1
 	chunkTrailer = 2
@@ -345,7 +345,8 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 			}
 			cs, ce = d.uvarint("start epoch"), d.uvarint("end epoch")
 			rows = int(d.uvarint("rows"))
-			if d.err != nil || len(d.b) != 0 {
+			named, _ := parseCkptName(name)
+			if d.err != nil || len(d.b) != 0 || cs != named || cs > ce || ce > MaxEpoch || rows < 0 {
 				err = corrupt(off, "bad trailer")
 			}
 			trailer = true

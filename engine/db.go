@@ -155,6 +155,7 @@ type DB struct {
 	ckpt atomic.Uint64
 
 	closing  chan struct{}
+	stopped  chan struct{} // closed once the loggers have exited
 	closed   atomic.Bool
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -178,7 +179,7 @@ func Open(cfg Config) (*DB, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]chan struct{}), closing: make(chan struct{})}
+	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]chan struct{}), closing: make(chan struct{}), stopped: make(chan struct{})}
 	db.cat.init()
 	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -225,6 +226,7 @@ func (db *DB) Close() error {
 		db.closed.Store(true)
 		close(db.closing)
 		db.wg.Wait()
+		close(db.stopped)
 		db.closeErr = db.closeSinks()
 		if err := db.failure(); err != nil && db.closeErr == nil {
 			db.closeErr = err
@@ -364,7 +366,13 @@ func (db *DB) updateDurable() {
 // WaitDurable returns once every commit of epoch e is durable. If ctx ends
 // first it returns ErrCommitUnknown: the commit is installed and will most
 // likely become durable, but this call cannot say so.
-func (db *DB) WaitDurable(ctx context.Context, e uint64) error {
+func (db *DB) WaitDurable(ctx context.Context, e uint64) error { return db.waitDurable(ctx, e, true) }
+
+// WatchDurable is WaitDurable without asking the loggers to close the
+// epoch early: it waits for the epoch to end on its own.
+func (db *DB) WatchDurable(ctx context.Context, e uint64) error { return db.waitDurable(ctx, e, false) }
+
+func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	if db.durable.Load() >= e {
 		return nil
 	}
@@ -383,7 +391,7 @@ func (db *DB) WaitDurable(ctx context.Context, e uint64) error {
 		db.waiters[e] = ch
 	}
 	db.wmu.Unlock()
-	if db.epoch.Load() <= e {
+	if hurry && db.epoch.Load() <= e {
 		// The epoch is still open: ask an idle logger to close it now
 		// rather than at the next tick.
 		db.want.Store(true)
@@ -395,6 +403,11 @@ func (db *DB) WaitDurable(ctx context.Context, e uint64) error {
 			return nil
 		}
 		return commitUnknown(db.failure())
+	case <-db.stopped:
+		if db.durable.Load() >= e {
+			return nil
+		}
+		return commitUnknown(&storage.Error{Kind: storage.ErrClosed, Op: "commit", Detail: "closed while the commit was being logged"})
 	case <-ctx.Done():
 		return commitUnknown(ctx.Err())
 	}

@@ -16,7 +16,9 @@ import (
 // LogSink is where a logger writes: an ordered log of records that it
 // makes durable. The write-ahead log implements it today (openWALSink); a
 // Raft group, whose "durable" means fsynced by a majority, implements it
-// for replication. A sink is used by one logger goroutine at a time.
+// for replication. Append is called by one logger goroutine at a time;
+// TruncateFront may be called concurrently with it (by a checkpoint), and
+// Replay, more than once, before the first Append.
 type LogSink interface {
 	// MaxRecordSize is the largest record Append takes, in bytes.
 	MaxRecordSize() int
@@ -25,8 +27,7 @@ type LogSink interface {
 	// Indexes increase by one per record. An error is fatal: the engine
 	// stops making commits durable and never retries.
 	Append(records [][]byte) (last uint64, err error)
-	// Replay calls fn with every durable record, in order. It is called
-	// once, before the first Append.
+	// Replay calls fn with every durable record, in order.
 	Replay(fn func(index uint64, record []byte) error) error
 	// TruncateFront discards the records before index, which a checkpoint
 	// covers. It may keep them longer.
@@ -215,11 +216,11 @@ func (lg *logger) run() {
 // reports whether it wrote anything.
 //
 // The mark's X is min(E, epochs of committing workers) − 1, with E and the
-// workers read before the buffers are collected: a worker committing into
-// an epoch ≤ X had entered before those reads, so it finished and handed
-// its buffer off before the collection or is still committing (and holds X
-// below its epoch). Buffers of epochs < E left in workers are collected
-// here too, so an idle worker never holds D back.
+// workers' epochs read before the buffers are collected. A worker that
+// commits into an epoch ≤ X entered before those reads, so either it is
+// still committing (and holds X below its epoch) or its writes are in a
+// buffer that the collection finds. Buffers of epochs < E left in workers
+// are collected too, so an idle worker never holds D back.
 func (lg *logger) round() bool {
 	db := lg.db
 	eNow := db.epoch.Load()
@@ -230,10 +231,11 @@ func (lg *logger) round() bool {
 		}
 	}
 	x := low - 1
-	lg.mu.Lock()
-	bufs := lg.mu.queue
-	lg.mu.queue = nil
-	lg.mu.Unlock()
+	// Walk the workers before taking the queue: a buffer of an epoch
+	// before eNow is then either still in its worker, or was handed off
+	// (under the worker's lock) before the walk reached it and so is in
+	// the queue taken after.
+	var bufs []*logBuf
 	for _, w := range lg.workers {
 		w.logMu.Lock()
 		if b := w.buf; b != nil && b.epoch < eNow {
@@ -245,6 +247,10 @@ func (lg *logger) round() bool {
 		}
 		w.logMu.Unlock()
 	}
+	lg.mu.Lock()
+	bufs = append(bufs, lg.mu.queue...)
+	lg.mu.queue = nil
+	lg.mu.Unlock()
 	if len(bufs) == 0 && x <= lg.durable.Load() {
 		return false
 	}

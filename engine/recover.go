@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -26,6 +27,21 @@ import (
 func (db *DB) recover() error {
 	if err := db.loadCatalog(); err != nil {
 		return err
+	}
+	db.cat.mu.Lock()
+	switch had := db.cat.mu.loggers; {
+	case had == 0:
+		db.cat.mu.loggers = db.cfg.Loggers
+		err := db.saveCatalogLocked()
+		db.cat.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	case had != db.cfg.Loggers:
+		db.cat.mu.Unlock()
+		return fmt.Errorf("%w: the data was written with %d loggers, Config.Loggers is %d", ErrLoggers, had, db.cfg.Loggers)
+	default:
+		db.cat.mu.Unlock()
 	}
 	var cs, ce uint64
 	name, ok, err := db.newestCheckpoint()
@@ -136,6 +152,10 @@ func (db *DB) maxVoid() uint64 {
 	return m
 }
 
+// ErrLoggers is returned by Open when Config.Loggers differs from the
+// number of logs the data directory was written with.
+var ErrLoggers = errors.New("engine: logger count mismatch")
+
 // recordHeader decodes a log record's kind and epoch (a buffer's epoch or
 // a mark's X).
 func recordHeader(rec []byte) (byte, uint64, error) {
@@ -152,8 +172,8 @@ func recordHeader(rec []byte) (byte, uint64, error) {
 			return 0, 0, malformed("buffer of epoch %d", e)
 		}
 	case recMark:
-		if n+1 != len(rec) {
-			return 0, 0, malformed("mark of %d bytes", len(rec))
+		if n+1 != len(rec) || e >= MaxEpoch {
+			return 0, 0, malformed("mark of %d bytes, epoch %d", len(rec), e)
 		}
 	default:
 		return 0, 0, malformed("record kind %d", rec[0])

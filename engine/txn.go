@@ -365,15 +365,19 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 			wr.out = &row{cols: merge(wr.t, base, wr.cols, wr.set)}
 		}
 	}
+	// Each row must fit one log record and one checkpoint chunk.
+	limit := maxRowBytes
 	if db.cfg.Log == LogWAL {
-		// Each write must fit one log record with its headers.
-		for i := range x.writes {
-			if n := writeSize(&x.writes[i]); n > w.lg.maxRecord-64 {
-				unlock()
-				return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: x.writes[i].t.schema.Namespace,
-					Table: x.writes[i].t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the log takes %d", n, w.lg.maxRecord-64)}
-			}
+		limit = min(limit, w.lg.maxRecord-64)
+	}
+	for i := range x.writes {
+		if n := writeSize(&x.writes[i]); n > limit {
+			unlock()
+			return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: x.writes[i].t.schema.Namespace,
+				Table: x.writes[i].t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the engine takes %d", n, limit)}
 		}
+	}
+	if db.cfg.Log == LogWAL {
 		w.log(x.writes, tid, e)
 	}
 	for i := range x.writes {
@@ -388,6 +392,9 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	w.lastTID = tid
 	return e, nil
 }
+
+// maxRowBytes bounds one row's encoding (key and value columns).
+const maxRowBytes = 64<<20 - 1<<10
 
 // writeSize bounds the encoded size of a write.
 func writeSize(w *writeEntry) int {

@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// EngineConfig configures one run of the engine benchmark.
+type EngineConfig struct {
+	Workload    string // ycsb-wo, ycsb-a, ycsb-c or ycsb-f
+	OpsPerTxn   int
+	Records     int
+	KeySize     int // bytes, at least 8
+	ValueSize   int // bytes
+	Threads     int // workers that commit without waiting for durability
+	SyncClients int // clients that wait for durability after each commit
+	Log         string
+	Epoch       time.Duration
+	Duration    time.Duration
+	Dir         string // parent of the run's data directory
+}
+
+// EngineResult is one run's figures.
+type EngineResult struct {
+	Workload       string  `json:"workload"`
+	Log            string  `json:"log"`
+	Threads        int     `json:"threads"`
+	SyncClients    int     `json:"sync_clients"`
+	Seconds        float64 `json:"seconds"`
+	LoadSeconds    float64 `json:"load_seconds"`
+	Committed      int64   `json:"committed"`
+	Aborted        int64   `json:"aborted"`
+	TxnPerSec      float64 `json:"committed_per_s"`
+	AbortRate      float64 `json:"abort_rate"`
+	SyncTxnPerSec  float64 `json:"sync_durable_per_s"`
+	DurableP50     float64 `json:"commit_to_durable_p50_ms"`
+	DurableP99     float64 `json:"commit_to_durable_p99_ms"`
+	DurableSamples int64   `json:"commit_to_durable_samples"`
+}
+
+func (c *EngineConfig) validate() error {
+	switch c.Workload {
+	case "ycsb-wo", "ycsb-a", "ycsb-c", "ycsb-f":
+	default:
+		return fmt.Errorf("unknown workload %q (ycsb-wo, ycsb-a, ycsb-c, ycsb-f)", c.Workload)
+	}
+	switch {
+	case c.Log != "wal" && c.Log != "none":
+		return fmt.Errorf("unknown log %q (wal, none)", c.Log)
+	case c.OpsPerTxn < 1, c.Records < 1, c.KeySize < 8, c.ValueSize < 1:
+		return errors.New("ops-per-txn and records must be positive, key-size at least 8, value-size positive")
+	case c.Threads < 0 || c.SyncClients < 0 || c.Threads+c.SyncClients == 0:
+		return errors.New("need at least one thread or sync client")
+	case c.Duration <= 0:
+		return errors.New("duration must be positive")
+	}
+	return nil
+}
+
+type commitSample struct {
+	epoch uint64
+	at    int64 // ns since start
+}
+
+// RunEngine loads Records rows into a fresh engine and runs the workload:
+// Threads workers commit without waiting (Silo's workers; durability is
+// tracked by a watcher) and SyncClients wait for durability after each
+// commit, as a server answering clients would.
+func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
+	res := EngineResult{Workload: cfg.Workload, Log: cfg.Log, Threads: cfg.Threads, SyncClients: cfg.SyncClients}
+	if err := cfg.validate(); err != nil {
+		return res, err
+	}
+	dir, err := os.MkdirTemp(cfg.Dir, "kiroku-bench-engine-*")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch}
+	if cfg.Log == "none" {
+		ecfg.Log = engine.LogNone
+	}
+	db, err := engine.Open(ecfg)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	if err := db.CreateNamespace(ctx, "bench"); err != nil {
+		return res, err
+	}
+	if err := db.CreateTable(ctx, &storage.Table{Namespace: "bench", Name: "usertable",
+		PartitionKey: []storage.Column{{Name: "key", Type: storage.TypeBlob}},
+		Columns:      []storage.Column{{Name: "field0", Type: storage.TypeBlob}}}); err != nil {
+		return res, err
+	}
+	h, err := db.Table("bench", "usertable")
+	if err != nil {
+		return res, err
+	}
+	keys := make([]string, cfg.Records)
+	kb := make([]byte, cfg.KeySize)
+	for i := range keys {
+		binary.BigEndian.PutUint64(kb, uint64(i))
+		keys[i] = h.PartitionKey(storage.Blob(kb))
+	}
+	// Rows are immutable once written, so a pool of distinct values serves.
+	rng := rand.New(rand.NewPCG(1, 2))
+	values := make([][]storage.Value, 1024)
+	for i := range values {
+		v := make([]byte, cfg.ValueSize)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		values[i] = []storage.Value{storage.Blob(v)}
+	}
+	began := time.Now()
+	var last uint64
+	for i := 0; i < len(keys); i += 1000 {
+		tx := db.BeginRaw()
+		for j := i; j < min(i+1000, len(keys)); j++ {
+			tx.Write(h, keys[j], values[j%len(values)])
+		}
+		if last, err = tx.CommitAsync(ctx); err != nil {
+			return res, fmt.Errorf("load: %w", err)
+		}
+	}
+	if err := db.WaitDurable(ctx, last); err != nil {
+		return res, err
+	}
+	res.LoadSeconds = time.Since(began).Seconds()
+
+	var (
+		stop               atomic.Bool
+		committed, aborted atomic.Int64
+		syncDone           atomic.Int64
+		wg                 sync.WaitGroup
+		mu                 sync.Mutex
+		samples            [][]commitSample
+		firstErr           error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		stop.Store(true)
+	}
+	start := time.Now()
+	syncHist := newHist()
+	// one runs a transaction of the workload; it returns the commit epoch.
+	one := func(tx *engine.RawTxn, r *rand.Rand) (uint64, bool, error) {
+		tx.Reset()
+		for range cfg.OpsPerTxn {
+			k := keys[r.IntN(len(keys))]
+			switch op := r.IntN(2); cfg.Workload {
+			case "ycsb-wo":
+				tx.Write(h, k, values[r.IntN(len(values))])
+			case "ycsb-c":
+				tx.Read(h, k)
+			case "ycsb-a":
+				if op == 0 {
+					tx.Read(h, k)
+				} else {
+					tx.Write(h, k, values[r.IntN(len(values))])
+				}
+			case "ycsb-f":
+				tx.Read(h, k)
+				tx.Write(h, k, values[r.IntN(len(values))])
+			}
+		}
+		e, err := tx.CommitAsync(ctx)
+		if errors.Is(err, storage.ErrConflict) {
+			return 0, false, nil
+		}
+		return e, err == nil, err
+	}
+	for w := range cfg.Threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			tx := db.BeginRaw()
+			var mine []commitSample
+			for n := 0; !stop.Load(); n++ {
+				e, ok, err := one(tx, r)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if !ok {
+					aborted.Add(1)
+					continue
+				}
+				committed.Add(1)
+				if n%4 == 0 {
+					mine = append(mine, commitSample{e, int64(time.Since(start))})
+				}
+			}
+			mu.Lock()
+			samples = append(samples, mine)
+			mu.Unlock()
+		}()
+	}
+	for c := range cfg.SyncClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(c), 11))
+			tx := db.BeginRaw()
+			hist := newHist()
+			for !stop.Load() {
+				t0 := time.Now()
+				e, ok, err := one(tx, r)
+				if err == nil && ok {
+					err = db.WaitDurable(ctx, e)
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				if !ok {
+					aborted.Add(1)
+					continue
+				}
+				committed.Add(1)
+				syncDone.Add(1)
+				hist.RecordValue(time.Since(t0).Microseconds())
+			}
+			mu.Lock()
+			syncHist.Merge(hist)
+			mu.Unlock()
+		}()
+	}
+	// The watcher notes when each epoch became durable, without hurrying
+	// the loggers.
+	durableAt := map[uint64]int64{}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		d := db.DurableEpoch()
+		for {
+			if err := db.WatchDurable(watchCtx, d+1); err != nil {
+				return
+			}
+			now := int64(time.Since(start))
+			nd := db.DurableEpoch()
+			if nd == ^uint64(0) { // no log: durable at commit
+				return
+			}
+			for e := d + 1; e <= nd; e++ {
+				durableAt[e] = now
+			}
+			d = nd
+		}
+	}()
+	select {
+	case <-time.After(cfg.Duration):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	elapsed := time.Since(start)
+	wg.Wait()
+	time.Sleep(3 * cfg.Epoch) // let the last epochs become durable
+	stopWatch()
+	<-watchDone
+	if firstErr != nil {
+		return res, firstErr
+	}
+	res.Seconds = elapsed.Seconds()
+	res.Committed, res.Aborted = committed.Load(), aborted.Load()
+	res.TxnPerSec = float64(res.Committed) / res.Seconds
+	if n := res.Committed + res.Aborted; n > 0 {
+		res.AbortRate = float64(res.Aborted) / float64(n)
+	}
+	res.SyncTxnPerSec = float64(syncDone.Load()) / res.Seconds
+	lat := hdrhistogram.New(1, 60_000_000, 3)
+	if cfg.Log == "none" {
+		lat.RecordValue(0)
+	}
+	for _, ss := range samples {
+		for _, s := range ss {
+			if at, ok := durableAt[s.epoch]; ok {
+				lat.RecordValue(max(0, (at-s.at)/1000))
+			}
+		}
+	}
+	lat.Merge(syncHist)
+	res.DurableSamples = lat.TotalCount()
+	res.DurableP50 = float64(lat.ValueAtQuantile(50)) / 1000
+	res.DurableP99 = float64(lat.ValueAtQuantile(99)) / 1000
+	return res, nil
+}

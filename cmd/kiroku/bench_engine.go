@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiroku-db/kiroku/bench"
+)
+
+func benchEngineCmd() *cobra.Command {
+	var (
+		cfg      bench.EngineConfig
+		runs     int
+		baseline bool
+		asJSON   bool
+		profile  string
+	)
+	cmd := &cobra.Command{
+		Use:   "engine",
+		Short: "Committed txn/s, abort rate and commit-to-durable latency of the embedded engine",
+		Long: `Loads --records rows (--key-size-byte keys, --value-size-byte values, uniform keys) into a fresh
+engine in --dir and runs a YCSB workload for --duration:
+
+  ycsb-wo  --ops-per-txn updates per transaction (seed 002's write-only workload)
+  ycsb-a   half reads, half updates        ycsb-c  reads only
+  ycsb-f   read-modify-write of each key
+
+--threads workers commit without waiting for durability, as Silo's workers do; a watcher notes
+when each epoch becomes durable, which gives their commit-to-durable latency. --sync-clients
+clients each wait for durability before their next transaction, as a server's clients do; their
+latency is begin-to-durable. --threads defaults to 2, or to 0 when --sync-clients is set.
+
+Unless --baseline=false, each --log=wal run is followed by the same run with --log=none, the
+engine without logging, printed beside it. --runs repeats both and prints the median.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			if cfg.Dir == "" {
+				cfg.Dir = os.TempDir()
+			}
+			if !cmd.Flags().Changed("threads") {
+				cfg.Threads = 2
+				if cfg.SyncClients > 0 {
+					cfg.Threads = 0
+				}
+			}
+			if runs < 1 {
+				return fmt.Errorf("--runs must be at least 1")
+			}
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			configs := []bench.EngineConfig{cfg}
+			if baseline && cfg.Log == "wal" {
+				b := cfg
+				b.Log = "none"
+				configs = append(configs, b)
+			}
+			all := make([][]bench.EngineResult, len(configs))
+			for run := range runs {
+				for i, c := range configs {
+					r, err := bench.RunEngine(ctx, c)
+					if err != nil {
+						return fmt.Errorf("bench engine (log=%s): %w", c.Log, err)
+					}
+					all[i] = append(all[i], r)
+					if !asJSON {
+						fmt.Fprintf(cmd.ErrOrStderr(), "  run %d log=%s: %.0f txn/s\n", run+1, c.Log, r.TxnPerSec)
+					}
+				}
+			}
+			medians := make([]bench.EngineResult, len(all))
+			for i, rs := range all {
+				sort.Slice(rs, func(a, b int) bool { return rs[a].TxnPerSec < rs[b].TxnPerSec })
+				medians[i] = rs[len(rs)/2]
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"runs": all, "median": medians})
+			}
+			fmt.Fprintf(out, "bench engine: %s ops/txn=%d records=%d key=%dB value=%dB threads=%d sync-clients=%d epoch=%v duration=%v runs=%d %s\n",
+				cfg.Workload, cfg.OpsPerTxn, cfg.Records, cfg.KeySize, cfg.ValueSize, cfg.Threads, cfg.SyncClients, cfg.Epoch,
+				cfg.Duration, runs, time.Now().UTC().Format(time.RFC3339))
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "log\tcommitted txn/s\tabort rate\tsync durable txn/s\tcommit→durable p50 ms\tp99 ms\tload s\t")
+			for _, r := range medians {
+				label := r.Log
+				if r.Log == "none" {
+					label = "none (baseline)"
+				}
+				fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.0f\t%.3f\t%.3f\t%.1f\t\n", label, r.TxnPerSec, r.AbortRate, r.SyncTxnPerSec,
+					r.DurableP50, r.DurableP99, r.LoadSeconds)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(medians) == 2 && medians[1].TxnPerSec > 0 {
+				fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput\n", 100*(1-medians[0].TxnPerSec/medians[1].TxnPerSec))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Workload, "workload", "ycsb-wo", "ycsb-wo, ycsb-a, ycsb-c or ycsb-f")
+	f.IntVar(&cfg.OpsPerTxn, "ops-per-txn", 10, "operations per transaction")
+	f.IntVar(&cfg.Records, "records", 1_000_000, "rows loaded before the run")
+	f.IntVar(&cfg.KeySize, "key-size", 8, "key bytes (at least 8)")
+	f.IntVar(&cfg.ValueSize, "value-size", 8, "value bytes")
+	f.IntVar(&cfg.Threads, "threads", 2, "workers committing without waiting for durability")
+	f.IntVar(&cfg.SyncClients, "sync-clients", 0, "clients waiting for durability after each transaction")
+	f.StringVar(&cfg.Log, "log", "wal", "wal or none")
+	f.DurationVar(&cfg.Epoch, "epoch", 40*time.Millisecond, "epoch interval")
+	f.DurationVar(&cfg.Duration, "duration", 20*time.Second, "measured time per run")
+	f.StringVar(&cfg.Dir, "dir", "", "parent directory of the data (default: the temp dir)")
+	f.IntVar(&runs, "runs", 1, "repetitions; the median is printed")
+	f.BoolVar(&baseline, "baseline", true, "also run --log=none in the same invocation")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs to this file")
+	return cmd
+}

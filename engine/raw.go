@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// The raw API runs transactions on encoded keys and value-column slices,
+// without the storage API's maps and validation. It is for benchmarks and
+// bulk loading by code that has validated its input; rows must match the
+// table's value columns in number and type.
+
+// TableHandle is a resolved table for the raw API.
+type TableHandle struct{ t *table }
+
+// Table resolves a table for the raw API.
+func (db *DB) Table(ns, name string) (*TableHandle, error) {
+	t, err := db.cat.lookup("table", ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return &TableHandle{t}, nil
+}
+
+// PartitionKey encodes a partition key given in schema order.
+func (h *TableHandle) PartitionKey(vals ...storage.Value) string {
+	var b []byte
+	for _, v := range vals {
+		b = appendKeyValue(b, v, false)
+	}
+	return string(b)
+}
+
+// RawTxn is a reusable raw transaction on tables without clustering keys.
+type RawTxn struct {
+	x tx
+}
+
+// BeginRaw starts a raw transaction.
+func (db *DB) BeginRaw() *RawTxn { return &RawTxn{x: tx{db: db}} }
+
+// Reset makes the transaction empty again, keeping its buffers.
+func (r *RawTxn) Reset() {
+	r.x.reads, r.x.nodes, r.x.writes = r.x.reads[:0], r.x.nodes[:0], r.x.writes[:0]
+	r.x.widx, r.x.readMax = nil, 0
+}
+
+// Read returns the row of partition key pk as the transaction sees it.
+func (r *RawTxn) Read(h *TableHandle, pk string) ([]storage.Value, bool) {
+	cols := r.x.get(h.t, pk, "")
+	return cols, cols != nil
+}
+
+// Write sets the whole row of partition key pk.
+func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
+	r.x.put(h.t, pk, "", nil, cols, nil)
+}
+
+// CommitAsync commits without waiting for durability and returns the
+// epoch to pass to WaitDurable (0 for a transaction that read nothing).
+func (r *RawTxn) CommitAsync(ctx context.Context) (uint64, error) {
+	return r.x.commit(ctx)
+}
