@@ -117,20 +117,20 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	// Rows are immutable once written, so a pool of distinct values serves.
 	rng := rand.New(rand.NewPCG(1, 2))
-	values := make([][]storage.Value, 1024)
+	values := make([]engine.RawRow, 1024)
 	for i := range values {
 		v := make([]byte, cfg.ValueSize)
 		for j := range v {
 			v[j] = byte(rng.Uint32())
 		}
-		values[i] = []storage.Value{storage.Blob(v)}
+		values[i] = engine.NewRawRow([]storage.Value{storage.Blob(v)})
 	}
 	began := time.Now()
 	var last uint64
 	for i := 0; i < len(keys); i += 1000 {
 		tx := db.BeginRaw()
 		for j := i; j < min(i+1000, len(keys)); j++ {
-			tx.Write(h, keys[j], values[j%len(values)])
+			tx.WriteRow(h, keys[j], values[j%len(values)])
 		}
 		if last, err = tx.CommitAsync(ctx); err != nil {
 			return res, fmt.Errorf("load: %w", err)
@@ -167,18 +167,18 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 			k := keys[r.IntN(len(keys))]
 			switch op := r.IntN(2); cfg.Workload {
 			case "ycsb-wo":
-				tx.Write(h, k, values[r.IntN(len(values))])
+				tx.WriteRow(h, k, values[r.IntN(len(values))])
 			case "ycsb-c":
 				tx.Read(h, k)
 			case "ycsb-a":
 				if op == 0 {
 					tx.Read(h, k)
 				} else {
-					tx.Write(h, k, values[r.IntN(len(values))])
+					tx.WriteRow(h, k, values[r.IntN(len(values))])
 				}
 			case "ycsb-f":
 				tx.Read(h, k)
-				tx.Write(h, k, values[r.IntN(len(values))])
+				tx.WriteRow(h, k, values[r.IntN(len(values))])
 			}
 		}
 		e, err := tx.CommitAsync(ctx)

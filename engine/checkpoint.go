@@ -194,8 +194,7 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 	var recs []*record
 	for _, t := range db.cat.tables() {
 		var werr error
-		t.parts.Range(func(_, v any) bool {
-			p := v.(*partition)
+		t.rangeParts(func(p *partition) bool {
 			recs = recs[:0]
 			if p.solo != nil {
 				recs = append(recs, p.solo)

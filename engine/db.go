@@ -188,7 +188,7 @@ func Open(cfg Config) (*DB, error) {
 		return nil, err
 	}
 	for i := 0; i < cfg.Loggers; i++ {
-		db.loggers = append(db.loggers, &logger{db: db, id: i, wake: make(chan struct{}, 1)})
+		db.loggers = append(db.loggers, &logger{db: db, id: i, wake: make(chan struct{}, 1), free: make(chan *logBuf, 32)})
 	}
 	db.slots = make(chan *worker, cfg.Workers)
 	for i := 0; i < cfg.Workers; i++ {

@@ -51,11 +51,16 @@ type logBuf struct {
 	data  []byte
 }
 
-var bufPool sync.Pool
-
-func newLogBuf(epoch uint64, size int) *logBuf {
-	b, _ := bufPool.Get().(*logBuf)
-	if b == nil || cap(b.data) < size {
+// newBuf returns an empty buffer for epoch e, reusing one the logger has
+// written if there is one (a bounded free list: a sync.Pool is emptied by
+// every collection, and reallocating half-megabyte buffers feeds the
+// collector).
+func (lg *logger) newBuf(epoch uint64) *logBuf {
+	size := lg.db.cfg.LogBufferSize
+	var b *logBuf
+	select {
+	case b = <-lg.free:
+	default:
 		b = &logBuf{data: make([]byte, 0, size+size/4)}
 	}
 	b.epoch = epoch
@@ -80,7 +85,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64) {
 	var hdr, count int
 	start := func() {
 		if w.buf == nil {
-			w.buf = newLogBuf(e, size)
+			w.buf = w.lg.newBuf(e)
 		}
 		hdr, count = len(w.buf.data), 0
 		w.buf.data = binary.LittleEndian.AppendUint64(w.buf.data, tid)
@@ -127,6 +132,7 @@ type logger struct {
 	sink      LogSink
 	maxRecord int // largest record the sink takes
 	wake      chan struct{}
+	free      chan *logBuf // written buffers for reuse
 	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 
 	mu struct {
@@ -278,7 +284,10 @@ func (lg *logger) round() bool {
 	db.updateDurable()
 	for _, b := range bufs {
 		if cap(b.data) <= 2*db.cfg.LogBufferSize {
-			bufPool.Put(b)
+			select {
+			case lg.free <- b:
+			default:
+			}
 		}
 	}
 	lg.release(size)

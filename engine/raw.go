@@ -43,7 +43,8 @@ func (db *DB) BeginRaw() *RawTxn { return &RawTxn{x: tx{db: db}} }
 // Reset makes the transaction empty again, keeping its buffers.
 func (r *RawTxn) Reset() {
 	r.x.reads, r.x.nodes, r.x.writes = r.x.reads[:0], r.x.nodes[:0], r.x.writes[:0]
-	r.x.widx, r.x.readMax = nil, 0
+	clear(r.x.writes[:cap(r.x.writes)]) // drop references to old rows
+	r.x.widx, r.x.readMax, r.x.unresolved = nil, 0, 0
 }
 
 // Read returns the row of partition key pk as the transaction sees it.
@@ -55,6 +56,17 @@ func (r *RawTxn) Read(h *TableHandle, pk string) ([]storage.Value, bool) {
 // Write sets the whole row of partition key pk.
 func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
 	r.x.put(h.t, pk, "", nil, cols, nil)
+}
+
+// RawRow is an immutable row built once and written any number of times.
+type RawRow struct{ r *row }
+
+// NewRawRow builds a row from its value columns, in schema order.
+func NewRawRow(cols []storage.Value) RawRow { return RawRow{&row{cols: cols}} }
+
+// WriteRow sets the whole row of partition key pk to a prebuilt row.
+func (r *RawTxn) WriteRow(h *TableHandle, pk string, row RawRow) {
+	r.x.putRow(h.t, pk, "", row.r)
 }
 
 // CommitAsync commits without waiting for durability and returns the

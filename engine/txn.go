@@ -1,11 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -19,6 +20,10 @@ type tx struct {
 	nodes  []nodeEntry
 	writes []writeEntry
 	widx   map[wkey]int // index into writes, once there are many
+	order  []*writeEntry // writes in lock order, during commit
+	// unresolved counts writes whose record did not exist when written.
+	unresolved int
+	last       int // index of the write put touched last
 	// readMax is the largest version read: a read-only transaction is
 	// released once that version's epoch is durable.
 	readMax uint64
@@ -48,6 +53,7 @@ type writeEntry struct {
 	del   bool
 	cols  []storage.Value
 	set   []bool
+	full  *row // the whole row, prebuilt (raw API); nil otherwise
 
 	r   *record
 	old uint64 // TID word at lock time
@@ -72,6 +78,7 @@ func (x *tx) findWrite(k wkey) int {
 }
 
 func (x *tx) addWrite(w writeEntry) {
+	x.last = len(x.writes)
 	x.writes = append(x.writes, w)
 	if x.widx == nil && len(x.writes) > linearWrites {
 		x.widx = make(map[wkey]int, 2*len(x.writes))
@@ -147,15 +154,40 @@ func merge(t *table, base *row, cols []storage.Value, set []bool) []storage.Valu
 	return out
 }
 
+// findRecord is findWrite for a key whose record r the index has: while
+// every buffered write has its record, comparing records is enough.
+func (x *tx) findRecord(k wkey, r *record) int {
+	if r == nil || x.unresolved > 0 || x.widx != nil {
+		return x.findWrite(k)
+	}
+	for i := range x.writes {
+		if x.writes[i].r == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// newWrite buffers a write to a key not written before.
+func (x *tx) newWrite(w writeEntry) {
+	if w.r == nil {
+		x.unresolved++
+	}
+	x.addWrite(w)
+}
+
 // put buffers a write of the set columns (set nil: all columns).
 func (x *tx) put(t *table, pk, ck string, pkeys, cols []storage.Value, set []bool) {
 	k := wkey{t, pk, ck}
-	i := x.findWrite(k)
+	r := existing(t, pk, ck)
+	i := x.findRecord(k, r)
 	if i < 0 {
-		x.addWrite(writeEntry{wkey: k, pkeys: pkeys, cols: cols, set: set})
+		x.newWrite(writeEntry{wkey: k, pkeys: pkeys, cols: cols, set: set, r: r})
 		return
 	}
+	x.last = i
 	w := &x.writes[i]
+	w.full = nil
 	switch {
 	case set == nil:
 		w.cols, w.set = cols, nil
@@ -179,12 +211,29 @@ func (x *tx) put(t *table, pk, ck string, pkeys, cols []storage.Value, set []boo
 
 func (x *tx) del(t *table, pk, ck string, pkeys []storage.Value) {
 	k := wkey{t, pk, ck}
-	if i := x.findWrite(k); i >= 0 {
+	r := existing(t, pk, ck)
+	if i := x.findRecord(k, r); i >= 0 {
 		w := &x.writes[i]
-		w.del, w.cols, w.set = true, nil, nil
+		w.del, w.cols, w.set, w.full = true, nil, nil, nil
 		return
 	}
-	x.addWrite(writeEntry{wkey: k, pkeys: pkeys, del: true})
+	x.newWrite(writeEntry{wkey: k, pkeys: pkeys, del: true, r: r})
+}
+
+// putRow buffers a write of a whole prebuilt row.
+func (x *tx) putRow(t *table, pk, ck string, r *row) {
+	x.put(t, pk, ck, nil, r.cols, nil)
+	x.writes[x.last].full = r
+}
+
+// existing returns the record of (t, pk, ck) if the index has one.
+func existing(t *table, pk, ck string) *record {
+	p := t.load(pk)
+	if p == nil {
+		return nil
+	}
+	r, _ := p.lookup(ck)
+	return r
 }
 
 // bumped adjusts this transaction's own structure reads after its commit
@@ -250,6 +299,9 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	// Find or insert (absent) the records written.
 	for i := range x.writes {
 		wr := &x.writes[i]
+		if wr.r != nil {
+			continue // resolved when written
+		}
 		p, created, old, err := wr.t.makePartition(wr.pk, wr.pkeys)
 		if err != nil {
 			return 0, err
@@ -264,28 +316,24 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		wr.r = r
 	}
 
-	// Phase 1: lock the write set in a global order (table id, key).
-	slices.SortFunc(x.writes, func(a, b writeEntry) int {
-		if a.t.id != b.t.id {
-			if a.t.id < b.t.id {
-				return -1
-			}
-			return 1
-		}
-		if c := strings.Compare(a.pk, b.pk); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ck, b.ck)
+	// Phase 1: lock the write set in a global order: record addresses, as
+	// Silo does. Go's collector never moves heap objects, so a record's
+	// address is fixed for its lifetime.
+	ws := x.order[:0]
+	for i := range x.writes {
+		ws = append(ws, &x.writes[i])
+	}
+	x.order = ws
+	slices.SortFunc(ws, func(a, b *writeEntry) int {
+		return cmp.Compare(uintptr(unsafe.Pointer(a.r)), uintptr(unsafe.Pointer(b.r)))
 	})
-	x.widx = nil // positions changed
 	locked := 0
 	unlock := func() {
-		for i := 0; i < locked; i++ {
-			x.writes[i].r.tid.Store(x.writes[i].old)
+		for _, wr := range ws[:locked] {
+			wr.r.tid.Store(wr.old)
 		}
 	}
-	for i := range x.writes {
-		wr := &x.writes[i]
+	for _, wr := range ws {
 		for spins := 0; ; spins++ {
 			cur := wr.r.tid.Load()
 			if cur&tidLock == 0 && wr.r.tid.CompareAndSwap(cur, cur|tidLock) {
@@ -355,6 +403,8 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		switch {
 		case wr.del:
 			wr.out = nil
+		case wr.full != nil:
+			wr.out = wr.full
 		case wr.set == nil:
 			wr.out = &row{cols: wr.cols}
 		default:
