@@ -132,7 +132,7 @@ type logger struct {
 	sink      LogSink
 	maxRecord int // largest record the sink takes
 	wake      chan struct{}
-	free      chan *logBuf // written buffers for reuse
+	free      chan *logBuf  // written buffers for reuse
 	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 
 	mu struct {

@@ -19,7 +19,7 @@ type tx struct {
 	reads  []readEntry
 	nodes  []nodeEntry
 	writes []writeEntry
-	widx   map[wkey]int // index into writes, once there are many
+	widx   map[wkey]int  // index into writes, once there are many
 	order  []*writeEntry // writes in lock order, during commit
 	// unresolved counts writes whose record did not exist when written.
 	unresolved int
