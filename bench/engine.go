@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,10 @@ type EngineConfig struct {
 	Epoch       time.Duration
 	Duration    time.Duration
 	Dir         string // parent of the run's data directory
+	// Recovery checkpoints after the load, runs the workload, closes the
+	// engine and times reopening it: loading the checkpoint and replaying
+	// the log written during the run.
+	Recovery bool
 }
 
 // EngineResult is one run's figures.
@@ -48,6 +54,10 @@ type EngineResult struct {
 	DurableP50     float64 `json:"commit_to_durable_p50_ms"`
 	DurableP99     float64 `json:"commit_to_durable_p99_ms"`
 	DurableSamples int64   `json:"commit_to_durable_samples"`
+	// With Recovery:
+	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
+	LogBytes          int64   `json:"log_bytes,omitempty"`
+	RecoverySeconds   float64 `json:"recovery_seconds,omitempty"`
 }
 
 func (c *EngineConfig) validate() error {
@@ -89,6 +99,9 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	defer os.RemoveAll(dir)
 	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch}
+	if cfg.Recovery {
+		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
+	}
 	if cfg.Log == "none" {
 		ecfg.Log = engine.LogNone
 	}
@@ -96,7 +109,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if err != nil {
 		return res, err
 	}
-	defer db.Close()
+	defer func() { db.Close() }()
 	if err := db.CreateNamespace(ctx, "bench"); err != nil {
 		return res, err
 	}
@@ -140,6 +153,13 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		return res, err
 	}
 	res.LoadSeconds = time.Since(began).Seconds()
+	if cfg.Recovery {
+		st, err := db.Checkpoint(ctx)
+		if err != nil {
+			return res, fmt.Errorf("checkpoint: %w", err)
+		}
+		res.CheckpointSeconds = st.Duration.Seconds()
+	}
 
 	var (
 		stop               atomic.Bool
@@ -280,6 +300,18 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if firstErr != nil {
 		return res, firstErr
 	}
+	if cfg.Recovery {
+		if err := db.Close(); err != nil {
+			return res, err
+		}
+		res.LogBytes = dirSize(dir, "log-")
+		t0 := time.Now()
+		db, err = engine.Open(ecfg)
+		if err != nil {
+			return res, fmt.Errorf("recovery: %w", err)
+		}
+		res.RecoverySeconds = time.Since(t0).Seconds()
+	}
 	res.Seconds = elapsed.Seconds()
 	res.Committed, res.Aborted = committed.Load(), aborted.Load()
 	res.TxnPerSec = float64(res.Committed) / res.Seconds
@@ -303,4 +335,23 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	res.DurableP50 = float64(lat.ValueAtQuantile(50)) / 1000
 	res.DurableP99 = float64(lat.ValueAtQuantile(99)) / 1000
 	return res, nil
+}
+
+// dirSize sums the sizes of the files under dir's subdirectories whose
+// names begin with prefix.
+func dirSize(dir, prefix string) int64 {
+	var n int64
+	subs, _ := os.ReadDir(dir)
+	for _, sd := range subs {
+		if !sd.IsDir() || !strings.HasPrefix(sd.Name(), prefix) {
+			continue
+		}
+		files, _ := os.ReadDir(filepath.Join(dir, sd.Name()))
+		for _, f := range files {
+			if info, err := f.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+	}
+	return n
 }

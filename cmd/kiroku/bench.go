@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kiroku-db/kiroku/bench"
+	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
 
@@ -30,6 +32,7 @@ func benchStorageCmd() *cobra.Command {
 		cfg      bench.StorageConfig
 		backend  string
 		dsn      string
+		dataDir  string
 		maxConns int32
 		asJSON   bool
 	)
@@ -40,30 +43,60 @@ func benchStorageCmd() *cobra.Command {
   - single-client Put latency (upsert of a ValueSize-byte BLOB) and Get latency by primary key;
   - committed transactions/s of a bank-transfer workload (read two accounts, write both,
     strictly serializable, conflicts retried) with --workers goroutines.
-The baseline, measured in the same run and interleaved with it, is the same work done with
-raw pgx statements at the same isolation level: the cost of the PostgreSQL round trips alone.
+The baseline, measured in the same run and interleaved with it, is for --backend=engine (the
+default) the same engine without its log, and for --backend=postgres the same work done with raw
+pgx statements at the same isolation level: the cost of the PostgreSQL round trips alone.
 Each figure is reported per run and as the median over --runs runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if backend != "postgres" {
-				return fmt.Errorf("bench storage: unknown backend %q (have: postgres)", backend)
-			}
-			if dsn == "" {
-				dsn = os.Getenv("KIROKU_PG_DSN")
-			}
-			if dsn == "" {
-				return fmt.Errorf("bench storage: no --dsn and no KIROKU_PG_DSN (scripts/pg.sh start prints one)")
-			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			db, err := postgres.Open(ctx, postgres.Config{DSN: dsn, MaxConns: maxConns})
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			targets := []bench.Target{
-				&bench.PGRaw{DSN: dsn, MaxConns: maxConns},
-				&bench.StorageTarget{DB: db, Label: "kiroku postgres"},
+			var targets []bench.Target
+			switch backend {
+			case "engine":
+				dir := dataDir
+				if dir == "" {
+					tmp, err := os.MkdirTemp("", "kiroku-bench-storage-*")
+					if err != nil {
+						return err
+					}
+					defer os.RemoveAll(tmp)
+					dir = tmp
+				}
+				// The baseline is the same engine without its log: what
+				// durability costs.
+				nolog, err := engine.Open(engine.Config{Dir: filepath.Join(dir, "nolog"), Log: engine.LogNone})
+				if err != nil {
+					return err
+				}
+				defer nolog.Close()
+				db, err := engine.Open(engine.Config{Dir: filepath.Join(dir, "engine")})
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				targets = []bench.Target{
+					&bench.StorageTarget{DB: nolog, Label: "kiroku engine, no log (baseline)"},
+					&bench.StorageTarget{DB: db, Label: "kiroku engine"},
+				}
+			case "postgres":
+				if dsn == "" {
+					dsn = os.Getenv("KIROKU_PG_DSN")
+				}
+				if dsn == "" {
+					return fmt.Errorf("bench storage: no --dsn and no KIROKU_PG_DSN (scripts/pg.sh start prints one)")
+				}
+				db, err := postgres.Open(ctx, postgres.Config{DSN: dsn, MaxConns: maxConns})
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				targets = []bench.Target{
+					&bench.PGRaw{DSN: dsn, MaxConns: maxConns},
+					&bench.StorageTarget{DB: db, Label: "kiroku postgres"},
+				}
+			default:
+				return fmt.Errorf("bench storage: unknown backend %q (have: engine, postgres)", backend)
 			}
 			out := cmd.OutOrStdout()
 			if !asJSON {
@@ -95,7 +128,8 @@ Each figure is reported per run and as the median over --runs runs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&backend, "backend", "postgres", "storage backend: postgres")
+	f.StringVar(&backend, "backend", "engine", "storage backend: engine (embedded, the default) or postgres")
+	f.StringVar(&dataDir, "data-dir", "", "the engine's data directory (default: a temporary one, removed after)")
 	f.StringVar(&dsn, "dsn", "", "PostgreSQL DSN (default $KIROKU_PG_DSN)")
 	f.Int32Var(&maxConns, "max-conns", 32, "connection pool size, for kiroku and the baseline alike")
 	f.IntVar(&cfg.Ops, "ops", 2000, "single-client operations per latency measurement")

@@ -39,7 +39,10 @@ clients each wait for durability before their next transaction, as a server's cl
 latency is begin-to-durable. --threads defaults to 2, or to 0 when --sync-clients is set.
 
 Unless --baseline=false, each --log=wal run is followed by the same run with --log=none, the
-engine without logging, printed beside it. --runs repeats both and prints the median.`,
+engine without logging, printed beside it. --runs repeats both and prints the median.
+
+--recovery checkpoints after the load and, after the run, closes the engine and times reopening it:
+loading the checkpoint and replaying the run's log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -113,6 +116,12 @@ engine without logging, printed beside it. --runs repeats both and prints the me
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			for _, r := range medians {
+				if r.Log == "wal" && cfg.Recovery {
+					fmt.Fprintf(out, "recovery: %.2f s for a checkpoint of %d rows (written in %.2f s) plus %.0f MB of log\n",
+						r.RecoverySeconds, cfg.Records, r.CheckpointSeconds, float64(r.LogBytes)/1e6)
+				}
+			}
 			if len(medians) == 2 && medians[1].TxnPerSec > 0 {
 				fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput\n", 100*(1-medians[0].TxnPerSec/medians[1].TxnPerSec))
 			}
@@ -134,6 +143,7 @@ engine without logging, printed beside it. --runs repeats both and prints the me
 	f.IntVar(&runs, "runs", 1, "repetitions; the median is printed")
 	f.BoolVar(&baseline, "baseline", true, "also run --log=none in the same invocation")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&cfg.Recovery, "recovery", false, "checkpoint after the load, then time recovery (checkpoint plus the run's log) after the run")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	return cmd
 }

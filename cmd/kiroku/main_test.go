@@ -34,7 +34,7 @@ func TestBenchStorageBadFlags(t *testing.T) {
 	if _, err := run(t, "bench", "storage", "--backend", "nope", "--dsn", "x"); err == nil || !strings.Contains(err.Error(), "unknown backend") {
 		t.Fatalf("unknown backend: %v", err)
 	}
-	if _, err := run(t, "bench", "storage", "--accounts", "1", "--dsn", "postgres://127.0.0.1:1/x"); err == nil {
+	if _, err := run(t, "bench", "storage", "--backend", "postgres", "--accounts", "1", "--dsn", "postgres://127.0.0.1:1/x"); err == nil {
 		t.Fatal("an unreachable server must fail")
 	}
 }
@@ -44,7 +44,7 @@ func TestBenchStorageBadFlags(t *testing.T) {
 // fast anything is.
 func TestBenchStorageRuns(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
-	out, err := run(t, "bench", "storage", "--dsn", dsn, "--ops", "20", "--accounts", "20", "--workers", "4",
+	out, err := run(t, "bench", "storage", "--backend", "postgres", "--dsn", dsn, "--ops", "20", "--accounts", "20", "--workers", "4",
 		"--duration", "300ms", "--runs", "1", "--json")
 	if err != nil {
 		t.Fatalf("bench storage: %v\n%s", err, out)
@@ -66,6 +66,66 @@ func TestBenchStorageRuns(t *testing.T) {
 		if r.Put.Ops != 20 || r.Bank.Committed == 0 {
 			t.Fatalf("%s: %+v", r.Target, r)
 		}
+	}
+}
+
+// TestBenchStorageEngine runs bench storage on the default backend, the
+// embedded engine, with its no-log baseline.
+func TestBenchStorageEngine(t *testing.T) {
+	out, err := run(t, "bench", "storage", "--data-dir", t.TempDir(), "--ops", "20", "--accounts", "20", "--workers", "4",
+		"--duration", "300ms", "--runs", "1", "--json")
+	if err != nil {
+		t.Fatalf("bench storage: %v\n%s", err, out)
+	}
+	var res struct {
+		Median []struct {
+			Target string
+			Put    struct{ Ops int }
+			Bank   struct{ Committed int64 }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(res.Median) != 2 || !strings.Contains(res.Median[0].Target, "baseline") || res.Median[1].Target != "kiroku engine" {
+		t.Fatalf("want the engine and its baseline, got %+v", res.Median)
+	}
+	for _, r := range res.Median {
+		if r.Put.Ops != 20 || r.Bank.Committed == 0 {
+			t.Fatalf("%s: %+v", r.Target, r)
+		}
+	}
+}
+
+func TestBenchEngineRuns(t *testing.T) {
+	out, err := run(t, "bench", "engine", "--records", "2000", "--duration", "300ms", "--dir", t.TempDir(), "--recovery", "--json")
+	if err != nil {
+		t.Fatalf("bench engine: %v\n%s", err, out)
+	}
+	var res struct {
+		Median []struct {
+			Log             string
+			Committed       int64
+			RecoverySeconds float64 `json:"recovery_seconds"`
+			LogBytes        int64   `json:"log_bytes"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if len(res.Median) != 2 || res.Median[0].Log != "wal" || res.Median[1].Log != "none" {
+		t.Fatalf("want wal and the no-log baseline, got %+v", res.Median)
+	}
+	for _, r := range res.Median {
+		if r.Committed == 0 || r.RecoverySeconds <= 0 {
+			t.Fatalf("%s measured nothing: %+v", r.Log, r)
+		}
+	}
+	if res.Median[0].LogBytes == 0 {
+		t.Fatalf("no log written: %+v", res.Median[0])
+	}
+	if _, err := run(t, "bench", "engine", "--workload", "nope", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "unknown workload") {
+		t.Fatalf("unknown workload: %v", err)
 	}
 }
 

@@ -1,0 +1,86 @@
+// Package engine is kiroku's embedded, in-memory transactional engine and
+// its default storage backend: Silo's optimistic concurrency control with
+// SiloR's epoch-based group commit, value logging, fuzzy checkpoints and
+// parallel recovery (seed 002). *DB implements storage.Backend and passes
+// storage/storagetest.
+//
+// # Records and index
+//
+// Each table maps encoded partition keys to partitions in 256 hash shards
+// (a Go map under a read-write lock each). A partition of a table without
+// clustering key holds its one record inline; otherwise its records sit in
+// a github.com/google/btree B-tree ordered by encoded clustering key, under
+// the partition's lock. Every scan of the storage API stays inside one
+// partition, so an ordered index per partition is all that is needed, and
+// the hash map in front costs fewer cache misses per lookup than an
+// ordered structure over all keys. Keys are encoded to order-preserving
+// bytes (key.go). Each record has a TID word (tid.go): lock, latest and
+// absent bits, a 40-bit epoch and a 21-bit sequence. Deleted records stay
+// in the index, absent, so a transaction that read them still validates
+// against their TID.
+//
+// # Commit (txn.go)
+//
+// Reads record the TID they saw; reads that find no record record a
+// structure version instead: a partition's version (bumped when a record
+// is inserted into its tree) or, when the partition itself is missing, the
+// version of the partition's bucket among 1024 per table (bumped when a
+// partition is created). This is Silo's node-set validation with
+// partitions and buckets in place of Masstree nodes. Writes are buffered.
+// Commit then: publishes the worker's epoch; inserts absent records for
+// new keys (adjusting its own structure versions, as Silo does); locks the
+// write set in address order; reads the global epoch; validates the reads
+// (TID unchanged, not locked by another) and the structure versions;
+// picks the smallest TID above everything read, overwritten and the
+// worker's previous TID, inside the epoch; merges partial Puts into the
+// current row under the lock; logs; installs and unlocks with the TID
+// store. Read-only transactions validate without locks and are released
+// once the epoch of the newest version they read is durable, so they never
+// expose data that could be lost. Snapshot reads of older versions are not
+// implemented: a read-only transaction can abort, and Update retries it.
+//
+// # Epochs and durability (db.go, log.go)
+//
+// The advancer moves the global epoch E every EpochInterval, and only when
+// no committing worker is in an older epoch, so no worker is more than one
+// epoch behind. Workers are commit slots (Workers of them) taken for the
+// commit protocol only, so an interactive transaction holds none while
+// its client thinks. Each worker appends committed writes to its log
+// buffer; a buffer holds one epoch and goes to the worker's logger when it
+// reaches LogBufferSize or the epoch changes. A logger round collects its
+// workers' buffers of closed epochs and the handed-off ones, appends them
+// and a mark "everything of epochs ≤ X is logged" to its LogSink, and once
+// the sink says they are durable publishes X, where X = min(E, epochs of
+// its committing workers) − 1 read before collecting. The durable epoch D
+// is the minimum over loggers; a commit is acknowledged when D reaches its
+// epoch. A committer that waits on the open epoch asks the next idle
+// logger to close it at once, so a lone client waits for one log write and
+// fsync rather than an epoch, and under load committers pile into the
+// epoch being closed while the previous fsync runs (group commit).
+//
+// LogSink is the seam for replication: the write-ahead log (package wal,
+// batch policy) implements it today; a Raft group will implement it with
+// "durable" meaning fsynced by a majority, without touching this package's
+// commit code.
+//
+// # Checkpoints and recovery (checkpoint.go, recover.go)
+//
+// Checkpoints run beside writers and are fuzzy, as in SiloR: a checkpoint
+// starting at epoch Cs waits until every commit of an earlier epoch is
+// installed, copies every live row with its TID, and becomes valid (is
+// renamed into place) once D reaches its end epoch Ce. Then the log of
+// epochs before Cs is truncated. Recovery loads the newest checkpoint,
+// takes D from the loggers' last marks, replays the buffers of epochs in
+// [Cs, D] from every log in parallel keeping the highest TID per key, and
+// records the epochs above D that appear in the logs as void in the
+// catalog, so those records are never applied later. The catalog
+// (catalog.json, replaced atomically by each DDL) holds schemas under
+// table ids that are never reused.
+//
+// # Limits and what is not done
+//
+// A row is at most 64 MiB encoded (and at most what one log record holds);
+// a transaction of any size is split over log records. Absent records of
+// deleted rows are not yet garbage-collected. The engine does not use
+// snapshots for read-only transactions (see above).
+package engine
