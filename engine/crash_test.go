@@ -128,16 +128,17 @@ func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng 
 	var wg sync.WaitGroup
 	clients := 2 + rng.IntN(5)
 	for c := range clients {
+		r := rand.New(rand.NewPCG(rng.Uint64(), uint64(c)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(rng.Uint64(), uint64(c)))
 			for !stop.Load() {
 				runTxn(ctx, db, h, r)
 			}
 		}()
 	}
 	var ckpts atomic.Int64
+	cr := rand.New(rand.NewPCG(rng.Uint64(), 3))
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -145,7 +146,7 @@ func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng 
 			if _, err := db.Checkpoint(ctx); err == nil {
 				ckpts.Add(1)
 			}
-			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			time.Sleep(time.Duration(cr.IntN(3000)) * time.Microsecond)
 		}
 	}()
 	time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)

@@ -177,11 +177,18 @@ func (t *table) decodeClustering(ck string) ([]storage.Value, error) {
 	return out, nil
 }
 
-// partition returns the partition of pk, or nil. Before looking, it reads
-// the version of pk's bucket, which a caller that finds nothing validates.
+// partition returns the partition of pk, or nil, and the version of pk's
+// bucket, which a caller that finds nothing validates. Both are read under
+// the shard's lock, under which makePartition inserts and bumps: a
+// partition that was missing when the version was read cannot appear
+// without changing it.
 func (t *table) partition(pk string) (*partition, uint64) {
+	sh := t.shard(pk)
+	sh.mu.RLock()
 	v := t.bucket(pk).Load()
-	return t.load(pk), v
+	p := sh.m[pk]
+	sh.mu.RUnlock()
+	return p, v
 }
 
 // makePartition returns pk's partition, creating it (empty, or with an
@@ -215,8 +222,8 @@ func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, cr
 		sh.m = map[string]*partition{}
 	}
 	sh.m[pk] = np
-	sh.mu.Unlock()
 	old = t.bucket(pk).Add(1) - 1
+	sh.mu.Unlock()
 	return np, true, old, nil
 }
 
