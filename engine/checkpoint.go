@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -147,7 +147,6 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.fail(fmt.Errorf("checkpoint: %w", err))
 		return st, err
 	}
-	db.ckpt.Store(cs)
 	// Older checkpoints and the log before cs are no longer needed.
 	names, _ := db.fs.List(db.cfg.Dir)
 	for _, n := range names {
@@ -277,37 +276,15 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 	corrupt := func(off int64, format string, args ...any) error {
 		return &CorruptionError{File: name, Offset: off, Err: malformed(format, args...)}
 	}
-	type job struct {
-		off     int64
-		payload []byte
-	}
-	jobs := make(chan job, 4)
-	var (
-		wg      sync.WaitGroup
-		errMu   sync.Mutex
-		firstEr error
-		counted = make([]int, runtime.GOMAXPROCS(0))
-	)
-	setErr := func(e error) {
-		errMu.Lock()
-		if firstEr == nil {
-			firstEr = e
+	var counted atomic.Int64
+	p := startPool(runtime.GOMAXPROCS(0), func(off int64, payload []byte) error {
+		n, err := db.applyEntries(payload[1:], 0)
+		counted.Add(int64(n))
+		if err != nil {
+			return &CorruptionError{File: name, Offset: off, Err: err}
 		}
-		errMu.Unlock()
-	}
-	for i := range counted {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			for j := range jobs {
-				n, err := db.applyEntries(j.payload[1:], 0)
-				if err != nil {
-					setErr(&CorruptionError{File: name, Offset: j.off, Err: err})
-				}
-				counted[i] += n
-			}
-		}(i)
-	}
+		return nil
+	})
 	var off int64
 	hdr := make([]byte, 8)
 	trailer := false
@@ -335,7 +312,7 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 		}
 		switch payload[0] {
 		case chunkData:
-			jobs <- job{off, payload}
+			p.submit(off, payload)
 		case chunkTrailer:
 			d := decoder{b: payload[1:]}
 			if string(d.bytes(uint64(len(ckptMagic)), "magic")) != ckptMagic {
@@ -354,19 +331,13 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 		}
 		off += 8 + int64(n)
 	}
-	close(jobs)
-	wg.Wait()
-	if err == nil {
-		err = firstEr
+	if perr := p.wait(); err == nil {
+		err = perr
 	}
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	total := 0
-	for _, c := range counted {
-		total += c
-	}
-	if total != rows {
+	if total := int(counted.Load()); total != rows {
 		return 0, 0, 0, corrupt(off, "trailer counts %d rows, chunks hold %d", rows, total)
 	}
 	return cs, ce, rows, nil

@@ -151,8 +151,6 @@ type DB struct {
 	failErr atomic.Pointer[error]
 
 	ckptMu sync.Mutex // one checkpoint at a time
-	// ckpt is the newest complete checkpoint's start epoch.
-	ckpt atomic.Uint64
 
 	closing  chan struct{}
 	stopped  chan struct{} // closed once the loggers have exited

@@ -27,8 +27,11 @@ type LogSink interface {
 	// Indexes increase by one per record. An error is fatal: the engine
 	// stops making commits durable and never retries.
 	Append(records [][]byte) (last uint64, err error)
-	// Replay calls fn with every durable record, in order.
-	Replay(fn func(index uint64, record []byte) error) error
+	// Replay calls fn with every durable record from index from on (from
+	// the first kept if from is below it), in order.
+	Replay(from uint64, fn func(index uint64, record []byte) error) error
+	// LastIndex is the index of the last durable record, 0 if none.
+	LastIndex() uint64
 	// TruncateFront discards the records before index, which a checkpoint
 	// covers. It may keep them longer.
 	TruncateFront(index uint64) error
@@ -346,13 +349,15 @@ func (s *walSink) Append(recs [][]byte) (uint64, error) {
 	return first + uint64(len(recs)) - 1, nil
 }
 
-func (s *walSink) Replay(fn func(uint64, []byte) error) error {
-	first := s.l.FirstIndex()
-	if s.l.LastIndex() < first || s.l.LastIndex() == 0 {
+func (s *walSink) Replay(from uint64, fn func(uint64, []byte) error) error {
+	from = max(from, s.l.FirstIndex())
+	if s.l.LastIndex() < from {
 		return nil
 	}
-	return s.l.Scan(first, fn)
+	return s.l.Scan(from, fn)
 }
+
+func (s *walSink) LastIndex() uint64 { return s.l.LastIndex() }
 
 func (s *walSink) TruncateFront(index uint64) error { return s.l.TruncateFront(index) }
 func (s *walSink) Close() error                     { return s.l.Close() }

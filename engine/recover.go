@@ -12,8 +12,8 @@ import (
 //
 //  1. Load the catalog.
 //  2. Load the newest complete checkpoint (epochs Cs..Ce), if any.
-//  3. Read each logger's log once to find its last mark X_l, the durable
-//     epoch it had published. The recovered durable epoch is
+//  3. Find each logger's last mark X_l, the durable epoch it had
+//     published, by reading back from the end of its log. The recovered durable epoch is
 //     D = min over loggers of X_l (a logger without marks counts as Ce): no
 //     commit of a later epoch was ever acknowledged, and some may be only
 //     partly logged.
@@ -53,7 +53,6 @@ func (db *DB) recover() error {
 		if cs, ce, rows, err = db.loadCheckpoint(name); err != nil {
 			return err
 		}
-		db.ckpt.Store(cs)
 		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", name, rows, cs, ce)
 	}
 	if db.cfg.Log == LogNone {
@@ -75,26 +74,11 @@ func (db *DB) recover() error {
 		if lg.maxRecord < 4<<10 {
 			return fmt.Errorf("engine: log %d takes records of at most %d bytes", i, lg.maxRecord)
 		}
-		info := &infos[i]
-		err = s.Replay(func(index uint64, rec []byte) error {
-			info.last = index
-			kind, e, err := recordHeader(rec)
-			if err != nil {
-				return &CorruptionError{File: fmt.Sprintf("log-%d", i), Offset: int64(index), Err: err}
-			}
-			if kind == recMark {
-				info.mark, info.marked = e, true
-				e++
-			}
-			info.maxSeen = max(info.maxSeen, e)
-			return nil
-		})
-		if err != nil {
-			return err
+		if infos[i].mark, infos[i].marked, err = lastMark(s); err != nil {
+			return fmt.Errorf("engine: log %d: %w", i, err)
 		}
 	}
 	d := ^uint64(0)
-	maxSeen := max(ce, db.maxVoid())
 	for i, info := range infos {
 		m := info.mark
 		if !info.marked {
@@ -104,7 +88,6 @@ func (db *DB) recover() error {
 			return fmt.Errorf("engine: log %d is durable only to epoch %d, before the checkpoint's end %d: log files are missing", i, m, ce)
 		}
 		d = min(d, m)
-		maxSeen = max(maxSeen, info.maxSeen)
 	}
 	void := db.cat.voidRanges()
 	var wg sync.WaitGroup
@@ -113,14 +96,17 @@ func (db *DB) recover() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = db.replay(i, lg.sink, cs, d, void)
+			info := &infos[i]
+			info.last, info.maxSeen, errs[i] = db.replay(i, lg.sink, cs, d, void)
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
+	maxSeen := max(ce, db.maxVoid())
+	for i, err := range errs {
 		if err != nil {
 			return err
 		}
+		maxSeen = max(maxSeen, infos[i].maxSeen)
 	}
 	if maxSeen > d {
 		db.cat.mu.Lock()
@@ -181,49 +167,60 @@ func recordHeader(rec []byte) (byte, uint64, error) {
 	return rec[0], e, nil
 }
 
-// replay applies logger i's buffers of the epochs in [from, to] that are
-// not void, decoding them on every core.
-func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) error {
-	type job struct {
-		index uint64
-		rec   []byte
-	}
-	jobs := make(chan job, 16)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	workers := max(1, runtime.GOMAXPROCS(0)/len(db.loggers))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				if err := db.applyBuffer(j.rec); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = &CorruptionError{File: fmt.Sprintf("log-%d", i), Offset: int64(j.index), Err: err}
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	err := s.Replay(func(index uint64, rec []byte) error {
-		kind, e, _ := recordHeader(rec)
-		if kind != recBuffer || e < from || e > to || isVoid(void, e) {
-			return nil
+// lastMark returns the last mark in a log. Each logger round ends with a
+// mark, so it reads back from the end in growing steps rather than the
+// whole log.
+func lastMark(s LogSink) (mark uint64, found bool, err error) {
+	last := s.LastIndex()
+	for back := uint64(256); ; back *= 4 {
+		from := uint64(0)
+		if last > back {
+			from = last - back
 		}
-		jobs <- job{index, append([]byte(nil), rec...)}
+		err := s.Replay(from, func(_ uint64, rec []byte) error {
+			// A malformed record is reported by the replay that follows.
+			if kind, e, err := recordHeader(rec); err == nil && kind == recMark {
+				mark, found = e, true
+			}
+			return nil
+		})
+		if err != nil || found || from == 0 {
+			return mark, found, err
+		}
+	}
+}
+
+// replay applies logger i's buffers of the epochs in [from, to] that are
+// not void, decoding them on every core. It returns the log's last index
+// and the largest epoch it holds (a mark X counting as X+1).
+func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last, maxSeen uint64, err error) {
+	name := fmt.Sprintf("log-%d", i)
+	p := startPool(max(1, runtime.GOMAXPROCS(0)/len(db.loggers)), func(index int64, rec []byte) error {
+		if err := db.applyBuffer(rec); err != nil {
+			return &CorruptionError{File: name, Offset: index, Err: err}
+		}
 		return nil
 	})
-	close(jobs)
-	wg.Wait()
-	if err != nil {
-		return err
+	err = s.Replay(0, func(index uint64, rec []byte) error {
+		last = index
+		kind, e, err := recordHeader(rec)
+		if err != nil {
+			return &CorruptionError{File: name, Offset: int64(index), Err: err}
+		}
+		if kind == recMark {
+			maxSeen = max(maxSeen, e+1)
+			return nil
+		}
+		maxSeen = max(maxSeen, e)
+		if e >= from && e <= to && !isVoid(void, e) {
+			p.submit(int64(index), append([]byte(nil), rec...))
+		}
+		return nil
+	})
+	if perr := p.wait(); err == nil {
+		err = perr
 	}
-	return first
+	return last, maxSeen, err
 }
 
 func isVoid(void []epochRange, e uint64) bool {
