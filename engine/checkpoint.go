@@ -77,22 +77,17 @@ type CheckpointStats struct {
 
 func (db *DB) checkpointLoop() {
 	defer db.wg.Done()
+	// Closing cancels a checkpoint waiting for its epochs to be durable.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-db.closing; cancel() }() // ends with the engine
 	for {
 		select {
 		case <-db.closing:
 			return
 		case <-time.After(db.cfg.CheckpointInterval):
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-db.closing:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		st, err := db.Checkpoint(ctx)
-		cancel()
 		if err != nil {
 			db.cfg.Logf("engine: checkpoint: %v", err)
 			continue

@@ -204,18 +204,12 @@ func runTxn(ctx context.Context, db *engine.DB, h *history, r *rand.Rand) {
 	defer h.mu.Unlock()
 	tr := &txnRec{k: k, reads: append([][2]int(nil), reads...)}
 	switch {
-	case err == nil:
-		tr.state = 0 // acknowledged; becomes 1 if the crash clone follows
-	case errors.Is(err, storage.ErrCommitUnknown), errors.Is(err, engine.ErrFailed):
-		tr.state = 2
+	case err == nil && !h.crashed:
+		tr.state = 1
+	case err == nil, errors.Is(err, storage.ErrCommitUnknown), errors.Is(err, engine.ErrFailed):
+		tr.state = 2 // acknowledged after the crash clone, or not known
 	default:
 		tr.state = 3
-	}
-	if tr.state == 0 {
-		tr.state = 1
-		if h.crashed {
-			tr.state = 2
-		}
 	}
 	h.txns[id] = tr
 }

@@ -186,7 +186,9 @@ func Open(cfg Config) (*DB, error) {
 		return nil, err
 	}
 	for i := 0; i < cfg.Loggers; i++ {
-		db.loggers = append(db.loggers, &logger{db: db, id: i, wake: make(chan struct{}, 1), free: make(chan *logBuf, 32)})
+		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1), free: make(chan *logBuf, 32)}
+		lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
+		db.loggers = append(db.loggers, lg)
 	}
 	db.slots = make(chan *worker, cfg.Workers)
 	for i := 0; i < cfg.Workers; i++ {

@@ -80,7 +80,14 @@ func FuzzApplyBuffer(f *testing.F) {
 // FuzzCheckpointEntries does the same for checkpoint chunks.
 func FuzzCheckpointEntries(f *testing.F) {
 	db := fuzzDB(f)
-	f.Add(validBuffer(db)[14:])
+	a, _ := db.cat.lookup("", "f", "a")
+	entry := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
+	entry = appendWrite(entry, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(1)}), "",
+		[]storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}, false)
+	if n, err := db.applyEntries(entry, 0); n != 1 || err != nil {
+		f.Fatalf("the seed entry does not apply: %d, %v", n, err)
+	}
+	f.Add(entry)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = db.applyEntries(b, 0)
 	})

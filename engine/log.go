@@ -175,9 +175,6 @@ func (lg *logger) handoff(b *logBuf) {
 func (lg *logger) throttle() {
 	lg.mu.Lock()
 	for lg.mu.pending > lg.db.cfg.MaxLogPending && lg.db.failure() == nil && !lg.db.closed.Load() {
-		if lg.mu.drained == nil {
-			lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
-		}
 		lg.poke()
 		lg.mu.drained.Wait()
 	}
@@ -187,15 +184,13 @@ func (lg *logger) throttle() {
 func (lg *logger) release(n int) {
 	lg.mu.Lock()
 	lg.mu.pending -= n
-	if lg.mu.drained != nil {
-		lg.mu.drained.Broadcast()
-	}
+	lg.mu.drained.Broadcast()
 	lg.mu.Unlock()
 }
 
 func (lg *logger) run() {
 	defer lg.db.wg.Done()
-	defer lg.release(0)
+	defer lg.release(0) // wake committers throttled on this logger: they see the close
 	for {
 		select {
 		case <-lg.wake:
