@@ -207,62 +207,54 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		}
 		return e, err == nil, err
 	}
+	// client runs transactions until stopped. A sync client waits for each
+	// commit to be durable and records begin-to-durable latency; a worker
+	// does not wait and samples every fourth commit's epoch and time for
+	// the watcher's commit-to-durable latency.
+	client := func(id int, sync bool) {
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(uint64(id), 7))
+		tx := db.BeginRaw()
+		hist := newHist()
+		var mine []commitSample
+		for n := 0; !stop.Load(); n++ {
+			var t0 time.Time
+			if sync {
+				t0 = time.Now()
+			}
+			e, ok, err := one(tx, r)
+			if err == nil && ok && sync {
+				err = db.WaitDurable(ctx, e)
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+			if !ok {
+				aborted.Add(1)
+				continue
+			}
+			committed.Add(1)
+			switch {
+			case sync:
+				syncDone.Add(1)
+				hist.RecordValue(time.Since(t0).Microseconds())
+			case n%4 == 0:
+				mine = append(mine, commitSample{e, int64(time.Since(start))})
+			}
+		}
+		mu.Lock()
+		samples = append(samples, mine)
+		syncHist.Merge(hist)
+		mu.Unlock()
+	}
 	for w := range cfg.Threads {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 7))
-			tx := db.BeginRaw()
-			var mine []commitSample
-			for n := 0; !stop.Load(); n++ {
-				e, ok, err := one(tx, r)
-				if err != nil {
-					fail(err)
-					return
-				}
-				if !ok {
-					aborted.Add(1)
-					continue
-				}
-				committed.Add(1)
-				if n%4 == 0 {
-					mine = append(mine, commitSample{e, int64(time.Since(start))})
-				}
-			}
-			mu.Lock()
-			samples = append(samples, mine)
-			mu.Unlock()
-		}()
+		go client(w, false)
 	}
 	for c := range cfg.SyncClients {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(c), 11))
-			tx := db.BeginRaw()
-			hist := newHist()
-			for !stop.Load() {
-				t0 := time.Now()
-				e, ok, err := one(tx, r)
-				if err == nil && ok {
-					err = db.WaitDurable(ctx, e)
-				}
-				if err != nil {
-					fail(err)
-					return
-				}
-				if !ok {
-					aborted.Add(1)
-					continue
-				}
-				committed.Add(1)
-				syncDone.Add(1)
-				hist.RecordValue(time.Since(t0).Microseconds())
-			}
-			mu.Lock()
-			syncHist.Merge(hist)
-			mu.Unlock()
-		}()
+		go client(cfg.Threads+c, true)
 	}
 	// The watcher notes when each epoch became durable, without hurrying
 	// the loggers.

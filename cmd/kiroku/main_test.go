@@ -39,13 +39,14 @@ func TestBenchStorageBadFlags(t *testing.T) {
 	}
 }
 
-// TestBenchStorageRuns runs a tiny bench storage against the test server:
-// it checks the command works end to end and reports sane figures, not how
-// fast anything is.
-func TestBenchStorageRuns(t *testing.T) {
-	dsn := testenv.PostgresDSN(t)
-	out, err := run(t, "bench", "storage", "--backend", "postgres", "--dsn", dsn, "--ops", "20", "--accounts", "20", "--workers", "4",
-		"--duration", "300ms", "--runs", "1", "--json")
+// benchStorage runs a tiny bench storage with the given backend flags and
+// checks it measured kiroku and a baseline end to end with sane figures,
+// not how fast anything is. It returns the targets' names.
+func benchStorage(t *testing.T, flags ...string) []string {
+	t.Helper()
+	args := append([]string{"bench", "storage", "--ops", "20", "--accounts", "20", "--workers", "4",
+		"--duration", "300ms", "--runs", "1", "--json"}, flags...)
+	out, err := run(t, args...)
 	if err != nil {
 		t.Fatalf("bench storage: %v\n%s", err, out)
 	}
@@ -62,38 +63,26 @@ func TestBenchStorageRuns(t *testing.T) {
 	if len(res.Median) != 2 {
 		t.Fatalf("want kiroku and a baseline, got %+v", res.Median)
 	}
+	var names []string
 	for _, r := range res.Median {
 		if r.Put.Ops != 20 || r.Bank.Committed == 0 {
 			t.Fatalf("%s: %+v", r.Target, r)
 		}
+		names = append(names, r.Target)
 	}
+	return names
+}
+
+func TestBenchStorageRuns(t *testing.T) {
+	benchStorage(t, "--backend", "postgres", "--dsn", testenv.PostgresDSN(t))
 }
 
 // TestBenchStorageEngine runs bench storage on the default backend, the
 // embedded engine, with its no-log baseline.
 func TestBenchStorageEngine(t *testing.T) {
-	out, err := run(t, "bench", "storage", "--data-dir", t.TempDir(), "--ops", "20", "--accounts", "20", "--workers", "4",
-		"--duration", "300ms", "--runs", "1", "--json")
-	if err != nil {
-		t.Fatalf("bench storage: %v\n%s", err, out)
-	}
-	var res struct {
-		Median []struct {
-			Target string
-			Put    struct{ Ops int }
-			Bank   struct{ Committed int64 }
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("bad JSON: %v\n%s", err, out)
-	}
-	if len(res.Median) != 2 || !strings.Contains(res.Median[0].Target, "baseline") || res.Median[1].Target != "kiroku engine" {
-		t.Fatalf("want the engine and its baseline, got %+v", res.Median)
-	}
-	for _, r := range res.Median {
-		if r.Put.Ops != 20 || r.Bank.Committed == 0 {
-			t.Fatalf("%s: %+v", r.Target, r)
-		}
+	names := benchStorage(t, "--data-dir", t.TempDir())
+	if !strings.Contains(names[0], "baseline") || names[1] != "kiroku engine" {
+		t.Fatalf("want the engine and its baseline, got %v", names)
 	}
 }
 
