@@ -145,7 +145,8 @@ type logger struct {
 		drained *sync.Cond
 	}
 	// spans records, per durable append, the last index and the largest
-	// epoch of any record up to it, for truncation after a checkpoint.
+	// epoch of any record up to it, for truncation after a checkpoint. At
+	// most maxSpans are kept (see addSpan).
 	spanMu sync.Mutex
 	spans  []logSpan
 	maxEp  uint64
@@ -274,7 +275,7 @@ func (lg *logger) round() bool {
 	}
 	lg.spanMu.Lock()
 	lg.maxEp = max(lg.maxEp, maxEp)
-	lg.spans = append(lg.spans, logSpan{last: last, maxEpoch: lg.maxEp})
+	lg.addSpan(logSpan{last: last, maxEpoch: lg.maxEp})
 	lg.spanMu.Unlock()
 	if x > lg.durable.Load() {
 		lg.durable.Store(x)
@@ -290,6 +291,27 @@ func (lg *logger) round() bool {
 	}
 	lg.release(size)
 	return true
+}
+
+const maxSpans = 4096
+
+// addSpan records a durable append. A span whose running maximum epoch
+// equals the previous one's replaces it, and past maxSpans every other
+// span is dropped: fewer spans only make truncation cut less, never more,
+// and a log whose checkpoints are off keeps a bounded list.
+func (lg *logger) addSpan(sp logSpan) {
+	if n := len(lg.spans); n > 0 && lg.spans[n-1].maxEpoch == sp.maxEpoch {
+		lg.spans[n-1] = sp
+		return
+	}
+	if len(lg.spans) >= maxSpans {
+		kept := lg.spans[:0]
+		for i := 1; i < len(lg.spans); i += 2 {
+			kept = append(kept, lg.spans[i])
+		}
+		lg.spans = kept
+	}
+	lg.spans = append(lg.spans, sp)
 }
 
 // truncateBefore drops the log prefix whose records all belong to epochs

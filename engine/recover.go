@@ -120,7 +120,7 @@ func (db *DB) recover() error {
 	}
 	for i, lg := range db.loggers {
 		lg.durable.Store(d)
-		lg.maxEp = infos[i].maxSeen
+		lg.maxEp = maxSeen
 		if infos[i].last > 0 {
 			lg.spans = []logSpan{{last: infos[i].last, maxEpoch: maxSeen}}
 		}
