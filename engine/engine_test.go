@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -48,6 +49,76 @@ func TestContentionHistory(t *testing.T) {
 			t.Run(fmt.Sprintf("workers=%d/seed=%d", workers, seed), func(t *testing.T) {
 				storagetest.RunHistory(t, open, storagetest.HistoryConfig{Keys: 10, Workers: workers, PerWorker: 60, Seed: seed})
 			})
+		}
+	}
+}
+
+// TestInsertRace has clients race to create the same fresh keys: each
+// transaction reads a key and, finding it absent, writes it. Only one
+// transaction per key may commit having read it absent; the others must
+// abort and, retried, see the winner. It covers the window in which a
+// committing transaction has inserted a key's record but not yet locked it.
+func TestInsertRace(t *testing.T) {
+	db := opener(engine.Config{})(t)
+	defer db.Close()
+	ctx := context.Background()
+	tb := &storage.Table{Namespace: "race", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
+	if err := db.CreateNamespace(ctx, "race"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	const clients, keysPerRound, rounds = 8, 2, 400
+	for round := range rounds {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		winners := map[int64]int{}
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k := storage.BigInt(int64(round*keysPerRound + c%keysPerRound))
+				var absent bool
+				err := storage.Update(ctx, db, func(tx storage.Txn) error {
+					_, ok, err := tx.Get(ctx, &storage.Get{Namespace: "race", Table: "t", Partition: storage.Values{"k": k}})
+					if err != nil || ok {
+						absent = false
+						return err
+					}
+					absent = true
+					if err := tx.Put(ctx, &storage.Put{Namespace: "race", Table: "t", Partition: storage.Values{"k": k},
+						Values: storage.Values{"v": storage.BigInt(int64(c))}}); err != nil {
+						return err
+					}
+					// More fresh keys after it widen the window between
+					// inserting the contested record and locking it.
+					for j := range 64 {
+						if err := tx.Put(ctx, &storage.Put{Namespace: "race", Table: "t",
+							Partition: storage.Values{"k": storage.BigInt(-int64(1 + (round*clients+c)*64 + j))},
+							Values:    storage.Values{"v": storage.BigInt(0)}}); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if absent {
+					mu.Lock()
+					winners[k.AsBigInt()]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		for k, n := range winners {
+			if n != 1 {
+				t.Fatalf("round %d: %d transactions committed having read key %d absent", round, n, k)
+			}
 		}
 	}
 }

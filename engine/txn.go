@@ -302,16 +302,23 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		if wr.r != nil {
 			continue // resolved when written
 		}
-		p, created, old, err := wr.t.makePartition(wr.pk, wr.pkeys)
+		p, createdP, old, err := wr.t.makePartition(wr.pk, wr.pkeys)
 		if err != nil {
 			return 0, err
 		}
-		if created {
+		if createdP {
 			x.bumped(wr.t.bucket(wr.pk), old)
 		}
-		r, created, old := p.makeRecord(wr.ck)
-		if created {
+		r, createdR, old := p.makeRecord(wr.ck)
+		if createdR {
 			x.bumped(&p.ver, old)
+		}
+		if createdP || createdR {
+			// The insert is visible (absent and unlocked) until phase 1
+			// locks it, and another transaction may commit to it in
+			// between. Having excused our own structure change above, we
+			// must see the record as we created it.
+			x.noteRead(r, tidLatest|tidAbsent)
 		}
 		wr.r = r
 	}
