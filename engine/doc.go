@@ -28,7 +28,9 @@
 // partition is created). This is Silo's node-set validation with
 // partitions and buckets in place of Masstree nodes. Writes are buffered.
 // Commit then: publishes the worker's epoch; inserts absent records for
-// new keys (adjusting its own structure versions, as Silo does); locks the
+// new keys (adjusting its own structure versions, as Silo does, and
+// validating each inserted record as created, since it is visible before
+// it is locked); locks the
 // write set in address order; reads the global epoch; validates the reads
 // (TID unchanged, not locked by another) and the structure versions;
 // picks the smallest TID above everything read, overwritten and the
@@ -71,7 +73,8 @@
 // renamed into place) once D reaches its end epoch Ce. Then the log of
 // epochs before Cs is truncated. Recovery loads the newest checkpoint,
 // takes D from the loggers' last marks, replays the buffers of epochs in
-// [Cs, D] from every log in parallel keeping the highest TID per key, and
+// [Cs, D] from every log in parallel keeping the highest TID per key (one
+// read of each log: the last mark is found from its tail), and
 // records the epochs above D that appear in the logs as void in the
 // catalog, so those records are never applied later. The catalog
 // (catalog.json, replaced atomically by each DDL) holds schemas under
