@@ -1,0 +1,120 @@
+package ledger
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"maps"
+	"slices"
+)
+
+// Version is one version of an asset, as stored and hash-chained. The
+// encoding its Hash covers is in FORMAT.md.
+type Version struct {
+	ID  string
+	Age int64 // 0 for the first version
+	// Input is the transaction's read set: asset id → the age it read, or
+	// -1 where it found no asset. Writing an asset reads its latest age, so
+	// the written ids are in it too.
+	Input    map[string]int64
+	Output   []byte // the value, canonical JSON
+	Contract string // the request's (top-level) contract id
+	Argument []byte // the request's argument, byte for byte as signed
+	Nonce    string
+	// Entity and KeyVersion name the identity that signed the request.
+	Entity     string
+	KeyVersion uint32
+	Signature  []byte // the client's signature of the request
+	PrevHash   []byte // Hash of version Age-1; empty for age 0
+	Hash       []byte // SHA-256 of the encoding of every field above
+	// ProofSignature is the ledger's signature of the version's proof, made
+	// when the version was written.
+	ProofSignature []byte
+}
+
+// Proof is the ledger's signed statement about one written version
+// ⟨id, age, nonce, input, hash, prev_hash⟩ (seed 000's ⟨k, v, n, d, s⟩).
+type Proof struct {
+	ID        string
+	Age       int64
+	Nonce     string
+	Input     map[string]int64
+	Hash      []byte
+	PrevHash  []byte
+	Signature []byte // the ledger's signature of ProofBytes
+}
+
+// Proof returns the version's proof.
+func (v *Version) Proof() Proof {
+	return Proof{ID: v.ID, Age: v.Age, Nonce: v.Nonce, Input: v.Input, Hash: v.Hash, PrevHash: v.PrevHash, Signature: v.ProofSignature}
+}
+
+// Domain tags keep the byte strings the ledger hashes or signs apart, so a
+// signature over one kind can never be passed off as another.
+const (
+	tagVersion  = "kiroku/asset-version/v1"
+	tagProof    = "kiroku/proof/v1"
+	tagRequest  = "kiroku/request/v1"
+	tagContract = "kiroku/contract/v1"
+)
+
+// enc builds the length-prefixed encodings of FORMAT.md.
+type enc struct{ b []byte }
+
+func newEnc(tag string, size int) *enc {
+	e := &enc{b: make([]byte, 0, size+len(tag)+8)}
+	e.str(tag)
+	return e
+}
+
+func (e *enc) bytes(p []byte) {
+	e.b = binary.BigEndian.AppendUint32(e.b, uint32(len(p)))
+	e.b = append(e.b, p...)
+}
+func (e *enc) str(s string) {
+	e.b = binary.BigEndian.AppendUint32(e.b, uint32(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *enc) i64(v int64)  { e.b = binary.BigEndian.AppendUint64(e.b, uint64(v)) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) input(m map[string]int64) {
+	e.u32(uint32(len(m)))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		e.str(k)
+		e.i64(m[k])
+	}
+}
+
+// HashBytes returns the bytes the version's Hash covers.
+func (v *Version) HashBytes() []byte {
+	e := newEnc(tagVersion, len(v.ID)+len(v.Output)+len(v.Argument)+len(v.Contract)+len(v.Nonce)+len(v.Entity)+len(v.Signature)+64*len(v.Input)+128)
+	e.str(v.ID)
+	e.i64(v.Age)
+	e.input(v.Input)
+	e.bytes(v.Output)
+	e.str(v.Contract)
+	e.bytes(v.Argument)
+	e.str(v.Nonce)
+	e.str(v.Entity)
+	e.u32(v.KeyVersion)
+	e.bytes(v.Signature)
+	e.bytes(v.PrevHash)
+	return e.b
+}
+
+// ComputeHash returns SHA-256 of HashBytes.
+func (v *Version) ComputeHash() []byte {
+	h := sha256.Sum256(v.HashBytes())
+	return h[:]
+}
+
+// SigningBytes returns the bytes the ledger signs for the proof.
+func (p *Proof) SigningBytes() []byte {
+	e := newEnc(tagProof, len(p.ID)+len(p.Nonce)+64*len(p.Input)+96)
+	e.str(p.ID)
+	e.i64(p.Age)
+	e.str(p.Nonce)
+	e.input(p.Input)
+	e.bytes(p.Hash)
+	e.bytes(p.PrevHash)
+	return e.b
+}

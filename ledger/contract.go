@@ -1,0 +1,327 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Limits bound what one execution may do. Zero fields take the defaults.
+type Limits struct {
+	// MaxSteps is the Starlark step budget of one request, nested calls
+	// included; 0 means 1,000,000.
+	MaxSteps uint64
+	// MaxValueBytes bounds one asset value and a contract's result, in
+	// canonical JSON bytes; 0 means 64 KiB.
+	MaxValueBytes int
+	// MaxArgumentBytes bounds a request's argument as sent; 0 means 64 KiB.
+	MaxArgumentBytes int
+	// MaxSourceBytes bounds a contract's source; 0 means 256 KiB.
+	MaxSourceBytes int
+	// MaxCallDepth bounds nested ledger.call; 0 means 8. A contract that
+	// calls itself, directly or through others, is refused at once.
+	MaxCallDepth int
+	// MaxScanLimit caps the versions one scan returns; 0 means 1,000.
+	MaxScanLimit int
+	// MaxWrites bounds the assets one transaction writes; 0 means 10,000.
+	MaxWrites int
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if l.MaxSteps == 0 {
+		l.MaxSteps = 1_000_000
+	}
+	def(&l.MaxValueBytes, 64<<10)
+	def(&l.MaxArgumentBytes, 64<<10)
+	def(&l.MaxSourceBytes, 256<<10)
+	def(&l.MaxCallDepth, 8)
+	def(&l.MaxScanLimit, 1000)
+	def(&l.MaxWrites, 10_000)
+	return l
+}
+
+// Contract is a deterministic one-shot program: given the ledger and a JSON
+// argument (canonical bytes) it reads and appends asset versions and returns
+// a JSON result. It must depend on nothing but its argument and what it
+// reads through c — no clock, no randomness, no I/O — because a Validator
+// re-executes it later and must get byte-identical outputs. Starlark
+// contracts have no way to break that rule; built-in Go contracts are
+// reviewed code compiled into the binary and must keep it.
+type Contract interface {
+	Invoke(c *Context, args []byte) (result []byte, err error)
+}
+
+// ContractFunc adapts a function to Contract.
+type ContractFunc func(c *Context, args []byte) ([]byte, error)
+
+// Invoke calls f.
+func (f ContractFunc) Invoke(c *Context, args []byte) ([]byte, error) { return f(c, args) }
+
+// AssetValue is one version of an asset as a contract sees it.
+type AssetValue struct {
+	Age   int64
+	Value []byte // canonical JSON
+}
+
+// ScanRange selects versions of one asset: ages in [Start, End] (End < 0
+// means the latest), in ascending or descending order, at most Limit
+// (0 means the ledger's cap).
+type ScanRange struct {
+	Start, End int64
+	Ascending  bool
+	Limit      int
+}
+
+// assetStore is the state a contract runs against: a storage transaction
+// on the ledger, or the recorded inputs when a version is re-executed.
+type assetStore interface {
+	get(id string) (*AssetValue, error)
+	put(id string, value []byte) error
+	scan(id string, r ScanRange) ([]AssetValue, error)
+}
+
+// Context is a contract's handle on the ledger during one execution. It is
+// not safe for concurrent use, and must not be kept after Invoke returns.
+type Context struct {
+	store assetStore
+	run   *execution
+}
+
+// execution is the state shared by a request's top-level contract and every
+// contract it calls.
+type execution struct {
+	limits Limits
+	load   func(id string) (Contract, error)
+	stack  []string // ids of the contracts running, outermost first
+	star   *starThread // created by the first Starlark contract
+}
+
+// Get returns the latest version of asset id, or nil if it has none.
+func (c *Context) Get(id string) (*AssetValue, error) {
+	if err := checkAssetID(id); err != nil {
+		return nil, err
+	}
+	return c.store.get(id)
+}
+
+// Put appends a version of id holding value (any JSON; it is stored in
+// canonical form). Several puts of one id in a transaction make one version,
+// the last value.
+func (c *Context) Put(id string, value []byte) error {
+	if err := checkAssetID(id); err != nil {
+		return err
+	}
+	if len(value) > 4*c.run.limits.MaxValueBytes {
+		return fmt.Errorf("%w: value of %s is %d bytes, limit %d", ErrTooLarge, id, len(value), c.run.limits.MaxValueBytes)
+	}
+	canon, err := Canonical(value, ErrBadValue)
+	if err != nil {
+		return err
+	}
+	if len(canon) > c.run.limits.MaxValueBytes {
+		return fmt.Errorf("%w: value of %s is %d bytes, limit %d", ErrTooLarge, id, len(canon), c.run.limits.MaxValueBytes)
+	}
+	return c.store.put(id, canon)
+}
+
+// Scan returns versions of id within r.
+func (c *Context) Scan(id string, r ScanRange) ([]AssetValue, error) {
+	if err := checkAssetID(id); err != nil {
+		return nil, err
+	}
+	if r.Start < 0 {
+		return nil, fmt.Errorf("%w: scan of %s: start age %d is negative", ErrBadArgument, id, r.Start)
+	}
+	if r.Limit <= 0 || r.Limit > c.run.limits.MaxScanLimit {
+		r.Limit = c.run.limits.MaxScanLimit
+	}
+	return c.store.scan(id, r)
+}
+
+// Call runs contract id with args in the same transaction and returns its
+// result.
+func (c *Context) Call(id string, args []byte) ([]byte, error) {
+	return c.run.call(c.store, id, args)
+}
+
+// call runs one contract (top-level or nested) and returns its canonical
+// result.
+func (x *execution) call(store assetStore, id string, args []byte) ([]byte, error) {
+	if slices.Contains(x.stack, id) {
+		return nil, fmt.Errorf("%w: %s calls itself (%s → %s)", ErrCallDepth, id, strings.Join(x.stack, " → "), id)
+	}
+	if len(x.stack) > x.limits.MaxCallDepth {
+		return nil, fmt.Errorf("%w: calling %s at depth %d (limit %d)", ErrCallDepth, id, len(x.stack), x.limits.MaxCallDepth)
+	}
+	contract, err := x.load(id)
+	if err != nil {
+		return nil, err
+	}
+	canonArgs, err := Canonical(args, ErrBadArgument)
+	if err != nil {
+		return nil, err
+	}
+	x.stack = append(x.stack, id)
+	res, err := contract.Invoke(&Context{store: store, run: x}, canonArgs)
+	x.stack = x.stack[:len(x.stack)-1]
+	if err != nil {
+		return nil, err
+	}
+	out, err := Canonical(res, ErrBadValue)
+	if err != nil {
+		return nil, fmt.Errorf("result of %s: %w", id, err)
+	}
+	if len(out) > x.limits.MaxValueBytes {
+		return nil, fmt.Errorf("%w: result of %s is %d bytes, limit %d", ErrTooLarge, id, len(out), x.limits.MaxValueBytes)
+	}
+	return out, nil
+}
+
+// runContract executes contract id on args against store and returns the
+// canonical result. Every failure wraps one of the package's sentinels.
+func runContract(limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
+	x := &execution{limits: limits, load: load}
+	return x.call(store, id, args)
+}
+
+// Contract and asset ids: 1–128 bytes of printable ASCII other than space.
+const maxIDLen = 128
+
+func checkID(what, id string) error {
+	if len(id) == 0 || len(id) > maxIDLen {
+		return fmt.Errorf("%w: %s %q must be 1–%d bytes", ErrBadRequest, what, truncate(id), maxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return fmt.Errorf("%w: %s %q has byte %#x; only printable ASCII without spaces is allowed", ErrBadRequest, what, truncate(id), id[i])
+		}
+	}
+	return nil
+}
+
+func checkAssetID(id string) error { return checkID("asset id", id) }
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// BuiltinPrefix starts the id of every contract compiled into the binary;
+// clients cannot register ids with it.
+const BuiltinPrefix = "builtin."
+
+// Builtins are the Go contracts compiled into kiroku. The benchmarks use
+// them; they follow the same rules as Starlark contracts.
+var Builtins = map[string]Contract{
+	// builtin.ycsb_c reads two assets: {"ids": [a, b]} → {"a": value, ...}.
+	BuiltinPrefix + "ycsb_c": ContractFunc(ycsbC),
+	// builtin.ycsb_f reads one asset and writes it back modified:
+	// {"id": a, "payload": p} → {"age": new age}.
+	BuiltinPrefix + "ycsb_f": ContractFunc(ycsbF),
+	// builtin.bulk_load creates assets: {"prefix": p, "first": i,
+	// "count": n, "payload": s} puts {"payload": s} under p+i … p+(i+n−1).
+	BuiltinPrefix + "bulk_load": ContractFunc(bulkLoad),
+}
+
+func ycsbC(c *Context, args []byte) ([]byte, error) {
+	var a struct{ IDs []string }
+	if err := json.Unmarshal(args, &a); err != nil || len(a.IDs) == 0 {
+		return nil, fmt.Errorf("%w: want {\"ids\": [...]}", ErrBadArgument)
+	}
+	out := make(map[string]json.RawMessage, len(a.IDs))
+	for _, id := range a.IDs {
+		v, err := c.Get(id)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			out[id] = json.RawMessage("null")
+		} else {
+			out[id] = v.Value
+		}
+	}
+	return json.Marshal(out)
+}
+
+func ycsbF(c *Context, args []byte) ([]byte, error) {
+	var a struct {
+		ID      string
+		Payload string
+	}
+	if err := json.Unmarshal(args, &a); err != nil || a.ID == "" {
+		return nil, fmt.Errorf("%w: want {\"id\": ..., \"payload\": ...}", ErrBadArgument)
+	}
+	v, err := c.Get(a.ID)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%w: asset %s does not exist", ErrContractFailed, a.ID)
+	}
+	var cur struct {
+		Payload string `json:"payload"`
+		Updates int64  `json:"updates"`
+	}
+	if err := json.Unmarshal(v.Value, &cur); err != nil {
+		return nil, fmt.Errorf("%w: asset %s: %v", ErrContractFailed, a.ID, err)
+	}
+	cur.Payload = a.Payload
+	cur.Updates++
+	next, err := json.Marshal(cur)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Put(a.ID, next); err != nil {
+		return nil, err
+	}
+	return []byte(fmt.Sprintf(`{"age":%d}`, v.Age+1)), nil
+}
+
+func bulkLoad(c *Context, args []byte) ([]byte, error) {
+	var a struct {
+		Prefix  string
+		First   int64
+		Count   int64
+		Payload string
+	}
+	if err := json.Unmarshal(args, &a); err != nil || a.Count <= 0 || a.First < 0 {
+		return nil, fmt.Errorf("%w: want {\"prefix\", \"first\" ≥ 0, \"count\" > 0, \"payload\"}", ErrBadArgument)
+	}
+	if a.Count > int64(c.run.limits.MaxWrites) {
+		return nil, fmt.Errorf("%w: bulk load of %d assets, limit %d per transaction", ErrTooLarge, a.Count, c.run.limits.MaxWrites)
+	}
+	value, err := json.Marshal(map[string]any{"payload": a.Payload, "updates": 0})
+	if err != nil {
+		return nil, err
+	}
+	for i := a.First; i < a.First+a.Count; i++ {
+		if err := c.Put(a.Prefix+fmt.Sprint(i), value); err != nil {
+			return nil, err
+		}
+	}
+	return []byte(fmt.Sprintf(`{"loaded":%d}`, a.Count)), nil
+}
+
+// contractError turns a failure inside a contract into the error the client
+// gets: one of the package's sentinels, with the contract's message.
+func contractError(id string, err error) error {
+	if err == nil || Kind(err) != "" {
+		return err
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "\n"); i >= 0 {
+		msg = msg[:i]
+	}
+	return fmt.Errorf("%w: %s: %s", ErrContractFailed, id, msg)
+}
+
+var errNoInvoke = errors.New("defines no function invoke(ledger, args)")

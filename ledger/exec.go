@@ -1,0 +1,329 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Result is what Execute returns: the contract's result and one proof per
+// asset version written, in id order.
+type Result struct {
+	Nonce  string
+	Result []byte // canonical JSON
+	Proofs []Proof
+}
+
+// Execute verifies req, runs its contract in one strictly serializable
+// transaction and returns the result with a signed proof per written
+// version. The transaction is retried on conflicts by re-running the
+// (deterministic) contract.
+//
+// A request that fails authentication (ErrBadRequest, ErrUnknownEntity,
+// ErrBadSignature) or whose nonce was used (ErrNonceReused) changes nothing
+// at all. A signed request that fails afterwards — a malformed argument, an
+// unknown contract, fail(), the step limit, a size limit — writes no asset
+// and records the nonce as aborted with the reason, so GetTxState answers
+// for it and the nonce cannot be used again.
+func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
+	if err := req.check(l.lim); err != nil {
+		return nil, err
+	}
+	v, err := l.verifier(ctx, req.Entity, req.KeyVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.Verify(req.SigningBytes(), req.Signature); err != nil {
+		return nil, err
+	}
+	res, err := l.execute(ctx, req)
+	if err == nil || !isExecutionFailure(err) {
+		return res, err
+	}
+	st := &TxState{Nonce: req.Nonce, Status: TxAborted, Reason: err.Error(), Contract: req.ContractID}
+	if rerr := l.b.Put(ctx, l.txStatePut(st)); rerr != nil && !errors.Is(rerr, storage.ErrConditionNotMet) {
+		return nil, errors.Join(err, fmt.Errorf("ledger: recording the abort of %s: %w", req.Nonce, rerr))
+	}
+	return nil, err
+}
+
+// isExecutionFailure tells a request that ran and failed (its abort is
+// recorded) from a rejection or an infrastructure error (nothing is).
+func isExecutionFailure(err error) bool {
+	for _, e := range []error{ErrBadArgument, ErrUnknownContract, ErrBadContract, ErrContractFailed,
+		ErrStepLimit, ErrCallDepth, ErrBadValue, ErrTooLarge, ErrBadRequest} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
+	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
+	var res *Result
+	err := storage.UpdateWith(ctx, l.b, l.cfg.Retry, func(tx storage.Txn) error {
+		_, used, err := tx.Get(ctx, l.txStateGet(req.Nonce))
+		if err != nil {
+			return err
+		}
+		if used {
+			return fmt.Errorf("%w: %s", ErrNonceReused, req.Nonce)
+		}
+		s := &txStore{ctx: ctx, tx: tx, l: l, heads: map[string]head{}, input: map[string]int64{}, writes: map[string][]byte{}}
+		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
+		if err != nil {
+			return err
+		}
+		res, err = s.commit(req, out)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// head is the latest version of an asset as a transaction read it; age -1
+// when the asset has no version.
+type head struct {
+	age  int64
+	hash []byte
+}
+
+// txStore runs a contract against a storage transaction.
+type txStore struct {
+	ctx    context.Context
+	tx     storage.Txn
+	l      *Ledger
+	heads  map[string]head
+	input  map[string]int64
+	writes map[string][]byte
+}
+
+func (s *txStore) head(id string) (head, error) {
+	if h, ok := s.heads[id]; ok {
+		return h, nil
+	}
+	row, ok, err := s.tx.Get(s.ctx, &storage.Get{Namespace: s.l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text(id)}})
+	if err != nil {
+		return head{}, err
+	}
+	h := head{age: -1}
+	if ok {
+		h = head{age: row["age"].AsBigInt(), hash: row["hash"].AsBlob()}
+	}
+	s.heads[id] = h
+	s.input[id] = h.age
+	return h, nil
+}
+
+func (s *txStore) get(id string) (*AssetValue, error) {
+	h, err := s.head(id)
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := s.writes[id]; ok {
+		return &AssetValue{Age: h.age + 1, Value: w}, nil
+	}
+	if h.age < 0 {
+		return nil, nil
+	}
+	row, ok, err := s.tx.Get(s.ctx, s.l.versionGet(id, h.age, "output"))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("ledger: asset %s: head says age %d, and that version is missing", id, h.age)
+	}
+	return &AssetValue{Age: h.age, Value: []byte(row["output"].Content())}, nil
+}
+
+func (s *txStore) put(id string, value []byte) error {
+	if _, err := s.head(id); err != nil {
+		return err
+	}
+	if _, ok := s.writes[id]; !ok && len(s.writes) >= s.l.lim.MaxWrites {
+		return fmt.Errorf("%w: more than %d assets written in one transaction", ErrTooLarge, s.l.lim.MaxWrites)
+	}
+	s.writes[id] = value
+	return nil
+}
+
+func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
+	h, err := s.head(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.l.scanVersions(s.ctx, s.tx, id, h.age, r)
+}
+
+// commit turns the transaction's writes into hash-chained versions, writes
+// them with their heads and the committed state, and returns the proofs.
+func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
+	res := &Result{Nonce: req.Nonce, Result: result}
+	writes := make(map[string]int64, len(s.writes))
+	for _, id := range slices.Sorted(maps.Keys(s.writes)) {
+		h := s.heads[id]
+		v := &Version{ID: id, Age: h.age + 1, Input: s.input, Output: s.writes[id], Contract: req.ContractID,
+			Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity, KeyVersion: req.KeyVersion,
+			Signature: req.Signature, PrevHash: h.hash}
+		v.Hash = v.ComputeHash()
+		p := v.Proof()
+		sig, err := s.l.cfg.Signer.Sign(p.SigningBytes())
+		if err != nil {
+			return nil, fmt.Errorf("ledger: signing the proof of %s: %w", id, err)
+		}
+		v.ProofSignature, p.Signature = sig, sig
+		put, err := s.l.versionPut(v)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.tx.Put(s.ctx, put); err != nil {
+			if errors.Is(err, storage.ErrConditionNotMet) {
+				// Another transaction appended after this one read the
+				// head: it would fail validation at commit anyway.
+				return nil, fmt.Errorf("ledger: asset %s: version %d appeared after the head was read: %w", id, v.Age, storage.ErrConflict)
+			}
+			return nil, err
+		}
+		if err := s.tx.Put(s.ctx, &storage.Put{Namespace: s.l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text(id)},
+			Values: storage.Values{"age": storage.BigInt(v.Age), "hash": storage.Blob(v.Hash)}}); err != nil {
+			return nil, err
+		}
+		writes[id] = v.Age
+		res.Proofs = append(res.Proofs, p)
+	}
+	st := &TxState{Nonce: req.Nonce, Status: TxCommitted, Contract: req.ContractID, Result: result, Writes: writes}
+	put := s.l.txStatePut(st)
+	put.Condition = nil // read absent above, in this transaction
+	if err := s.tx.Put(s.ctx, put); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (l *Ledger) versionGet(id string, age int64, cols ...string) *storage.Get {
+	return &storage.Get{Namespace: l.ns, Table: tAssets, Partition: storage.Values{"id": storage.Text(id)},
+		Clustering: storage.Values{"age": storage.BigInt(age)}, Projection: cols}
+}
+
+// reader is what both a transaction and the backend offer for reads.
+type reader interface {
+	Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error)
+	Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error)
+}
+
+// scanVersions returns the values of id's versions in r, up to age latest.
+func (l *Ledger) scanVersions(ctx context.Context, rd reader, id string, latest int64, r ScanRange) ([]AssetValue, error) {
+	rows, err := l.scanRows(ctx, rd, id, latest, r, "age", "output")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AssetValue, len(rows))
+	for i, row := range rows {
+		out[i] = AssetValue{Age: row["age"].AsBigInt(), Value: []byte(row["output"].Content())}
+	}
+	return out, nil
+}
+
+func (l *Ledger) scanRows(ctx context.Context, rd reader, id string, latest int64, r ScanRange, cols ...string) ([]storage.Row, error) {
+	end := r.End
+	if end < 0 || end > latest {
+		end = latest
+	}
+	if r.Start > end {
+		return nil, nil
+	}
+	order := storage.Asc
+	if !r.Ascending {
+		order = storage.Desc
+	}
+	rows, err := rd.Scan(ctx, &storage.Scan{Namespace: l.ns, Table: tAssets, Partition: storage.Values{"id": storage.Text(id)},
+		Start:      &storage.Bound{Key: storage.Values{"age": storage.BigInt(r.Start)}, Inclusive: true},
+		End:        &storage.Bound{Key: storage.Values{"age": storage.BigInt(end)}, Inclusive: true},
+		Order:      order,
+		Limit:      r.Limit,
+		Projection: cols})
+	if err != nil {
+		return nil, err
+	}
+	return storage.CollectRows(rows)
+}
+
+// ---- reads outside transactions ----
+
+// Latest returns the latest age of asset id, or -1 if it has none.
+func (l *Ledger) Latest(ctx context.Context, id string) (int64, error) {
+	if err := checkAssetID(id); err != nil {
+		return 0, err
+	}
+	row, ok, err := l.b.Get(ctx, &storage.Get{Namespace: l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text(id)}})
+	if err != nil || !ok {
+		return -1, err
+	}
+	return row["age"].AsBigInt(), nil
+}
+
+// Version returns version age of asset id, or ErrNotFound.
+func (l *Ledger) Version(ctx context.Context, id string, age int64) (*Version, error) {
+	if err := checkAssetID(id); err != nil {
+		return nil, err
+	}
+	row, ok, err := l.b.Get(ctx, l.versionGet(id, age))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: asset %s has no version %d", ErrNotFound, id, age)
+	}
+	row["age"] = storage.BigInt(age)
+	return rowVersion(id, row)
+}
+
+// History returns the versions of asset id in r (at most the scan cap).
+func (l *Ledger) History(ctx context.Context, id string, r ScanRange) ([]*Version, error) {
+	if err := checkAssetID(id); err != nil {
+		return nil, err
+	}
+	if r.Start < 0 {
+		return nil, fmt.Errorf("%w: start age %d is negative", ErrBadRequest, r.Start)
+	}
+	if r.Limit <= 0 || r.Limit > l.lim.MaxScanLimit {
+		r.Limit = l.lim.MaxScanLimit
+	}
+	latest, err := l.Latest(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.scanRows(ctx, l.b, id, latest, r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Version, len(rows))
+	for i, row := range rows {
+		if out[i], err = rowVersion(id, row); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Proof returns the stored proof of version age of asset id.
+func (l *Ledger) Proof(ctx context.Context, id string, age int64) (*Proof, error) {
+	v, err := l.Version(ctx, id, age)
+	if err != nil {
+		return nil, err
+	}
+	p := v.Proof()
+	return &p, nil
+}
+
+// VerifyProof checks the ledger's signature on p.
+func (l *Ledger) VerifyProof(p *Proof) error {
+	return l.cfg.ProofVerifier.Verify(p.SigningBytes(), p.Signature)
+}

@@ -1,0 +1,249 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+	"go.starlark.net/starlark"
+)
+
+// maxSafeInt is the largest integer every JSON reader holds exactly (2^53−1,
+// I-JSON, RFC 7493). Canonical JSON (RFC 8785) writes numbers as IEEE
+// doubles, so a larger integer would change silently on the way through;
+// the ledger rejects it instead.
+const maxSafeInt = 1<<53 - 1
+
+// maxJSONDepth bounds the nesting of arguments and values.
+const maxJSONDepth = 64
+
+// Canonical checks that b is one well-formed JSON text within the ledger's
+// rules (no duplicate object keys, integers within ±(2^53−1), nesting at
+// most 64) and returns its RFC 8785 canonical form. Errors wrap what.
+func Canonical(b []byte, what error) ([]byte, error) {
+	v, err := decodeJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", what, err)
+	}
+	return canonicalOf(v, what)
+}
+
+// canonicalOf encodes a decoded value (the types decodeJSON produces) in
+// RFC 8785 form.
+func canonicalOf(v any, what error) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", what, err)
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", what, err)
+	}
+	return out, nil
+}
+
+// decodeJSON parses one JSON text into nil, bool, string, json.Number,
+// []any and map[string]any, rejecting duplicate keys, unsafe integers,
+// non-finite numbers, excess nesting and trailing data.
+func decodeJSON(b []byte) (any, error) {
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("not a JSON text")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, fmt.Errorf("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("nested deeper than %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			m := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k := kt.(string)
+				if _, dup := m[k]; dup {
+					return nil, fmt.Errorf("duplicate object key %q", k)
+				}
+				if m[k], err = decodeValue(dec, depth+1); err != nil {
+					return nil, err
+				}
+			}
+			_, err := dec.Token() // '}'
+			return m, err
+		case '[':
+			l := []any{}
+			for dec.More() {
+				e, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				l = append(l, e)
+			}
+			_, err := dec.Token() // ']'
+			return l, err
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		if _, err := numberValue(t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	default: // nil, bool, string
+		return t, nil
+	}
+}
+
+// numberValue returns an integral JSON number as int64 (within the safe
+// range) and any other as float64.
+func numberValue(n json.Number) (any, error) {
+	s := string(n)
+	if !strings.ContainsAny(s, ".eE") {
+		i, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || i > maxSafeInt || i < -maxSafeInt {
+			return nil, fmt.Errorf("integer %s outside ±(2^53−1)", s)
+		}
+		return i, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return nil, fmt.Errorf("number %s is not a finite double", s)
+	}
+	return f, nil
+}
+
+// toStarlark converts a decoded JSON value into a Starlark value: objects
+// become dicts (keys in canonical order), arrays lists, integers ints,
+// other numbers floats.
+func toStarlark(v any) (starlark.Value, error) {
+	switch t := v.(type) {
+	case nil:
+		return starlark.None, nil
+	case bool:
+		return starlark.Bool(t), nil
+	case string:
+		return starlark.String(t), nil
+	case json.Number:
+		n, err := numberValue(t)
+		if err != nil {
+			return nil, err
+		}
+		if i, ok := n.(int64); ok {
+			return starlark.MakeInt64(i), nil
+		}
+		return starlark.Float(n.(float64)), nil
+	case []any:
+		elems := make([]starlark.Value, len(t))
+		for i, e := range t {
+			sv, err := toStarlark(e)
+			if err != nil {
+				return nil, err
+			}
+			elems[i] = sv
+		}
+		return starlark.NewList(elems), nil
+	case map[string]any:
+		d := starlark.NewDict(len(t))
+		for _, k := range sortedKeys(t) {
+			sv, err := toStarlark(t[k])
+			if err != nil {
+				return nil, err
+			}
+			if err := d.SetKey(starlark.String(k), sv); err != nil {
+				return nil, err
+			}
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("unexpected JSON value %T", v)
+}
+
+// fromStarlark converts a Starlark value into a JSON-able Go value. Only
+// None, bools, ints within ±(2^53−1), finite floats, strings, lists, tuples
+// and dicts with string keys are allowed; anything else is ErrBadValue.
+func fromStarlark(v starlark.Value, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d", ErrBadValue, maxJSONDepth)
+	}
+	switch t := v.(type) {
+	case starlark.NoneType:
+		return nil, nil
+	case starlark.Bool:
+		return bool(t), nil
+	case starlark.String:
+		return string(t), nil
+	case starlark.Int:
+		i, ok := t.Int64()
+		if !ok || i > maxSafeInt || i < -maxSafeInt {
+			return nil, fmt.Errorf("%w: integer %s outside ±(2^53−1)", ErrBadValue, t)
+		}
+		return i, nil
+	case starlark.Float:
+		f := float64(t)
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("%w: %v is not a finite number", ErrBadValue, f)
+		}
+		return f, nil
+	case *starlark.List:
+		return seqFromStarlark(t, depth)
+	case starlark.Tuple:
+		return seqFromStarlark(t, depth)
+	case *starlark.Dict:
+		m := make(map[string]any, t.Len())
+		for _, item := range t.Items() {
+			k, ok := item[0].(starlark.String)
+			if !ok {
+				return nil, fmt.Errorf("%w: dict key %s is a %s, want string", ErrBadValue, item[0], item[0].Type())
+			}
+			e, err := fromStarlark(item[1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m[string(k)] = e
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("%w: a %s", ErrBadValue, v.Type())
+}
+
+func seqFromStarlark(s starlark.Indexable, depth int) (any, error) {
+	out := make([]any, s.Len())
+	for i := range out {
+		e, err := fromStarlark(s.Index(i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	// Byte order; canonical JSON re-sorts by UTF-16 code units anyway, this
+	// only makes dict insertion order independent of map iteration.
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,331 @@
+package ledger
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Config configures a Ledger.
+type Config struct {
+	// Backend stores everything; the ledger uses only the storage API.
+	Backend storage.Backend
+	// Namespace holds the ledger's tables; "" means "ledger".
+	Namespace string
+	// Signer signs proofs with the ledger's key; required.
+	Signer auth.Signer
+	// ProofVerifier checks the ledger's own proof signatures when
+	// validating; required.
+	ProofVerifier auth.Verifier
+	// Secrets seals registered HMAC secrets at rest. nil disables HMAC
+	// identities: registering one fails, and so does verifying with one.
+	Secrets *auth.SecretBox
+	// Limits bound executions; zero fields take their defaults.
+	Limits Limits
+	// Retry bounds the retries of a conflicting transaction.
+	Retry storage.RetryPolicy
+}
+
+// Ledger runs contracts as strictly serializable transactions on a storage
+// backend and keeps every asset as a hash chain of versions. It is safe for
+// concurrent use.
+type Ledger struct {
+	b   storage.Backend
+	ns  string
+	cfg Config
+	lim Limits
+
+	// Identities and contracts never change once registered (registration
+	// is IfNotExists), so positive lookups are cached for good.
+	verifiers sync.Map // identityKey → auth.Verifier
+	contracts sync.Map // contract id → Contract
+}
+
+type identityKey struct {
+	entity  string
+	version uint32
+}
+
+// Open attaches a ledger to its backend, creating its tables if needed.
+func Open(ctx context.Context, cfg Config) (*Ledger, error) {
+	if cfg.Backend == nil || cfg.Signer == nil || cfg.ProofVerifier == nil {
+		return nil, errors.New("ledger: Config needs Backend, Signer and ProofVerifier")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "ledger"
+	}
+	if err := ensureSchema(ctx, cfg.Backend, cfg.Namespace); err != nil {
+		return nil, err
+	}
+	return &Ledger{b: cfg.Backend, ns: cfg.Namespace, cfg: cfg, lim: cfg.Limits.withDefaults()}, nil
+}
+
+// Limits returns the limits in force.
+func (l *Ledger) Limits() Limits { return l.lim }
+
+// ---- identities ----
+
+// RegisterCertificate registers an ECDSA P-256 certificate (PEM) as the key
+// of (entity, keyVersion). The caller is trusted: the server only lets an
+// administrator call it.
+func (l *Ledger) RegisterCertificate(ctx context.Context, entity string, keyVersion uint32, certPEM []byte) error {
+	if err := checkIdentity(entity, keyVersion); err != nil {
+		return err
+	}
+	if _, err := auth.ParseCertificatePEM(certPEM); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeECDSA, certPEM)
+}
+
+// RegisterSecret registers an HMAC-SHA256 secret as the key of (entity,
+// keyVersion); it is stored sealed under the server key.
+func (l *Ledger) RegisterSecret(ctx context.Context, entity string, keyVersion uint32, secret []byte) error {
+	if err := checkIdentity(entity, keyVersion); err != nil {
+		return err
+	}
+	if l.cfg.Secrets == nil {
+		return fmt.Errorf("%w: this ledger has no server key for HMAC secrets", ErrRegistrationDisabled)
+	}
+	if _, err := auth.NewHMACVerifier(secret); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	sealed, err := l.cfg.Secrets.Seal(secret, secretAD(entity, keyVersion))
+	if err != nil {
+		return err
+	}
+	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeHMAC, sealed)
+}
+
+// secretAD binds a sealed secret to its identity, so a sealed secret moved
+// to another row does not open.
+func secretAD(entity string, keyVersion uint32) []byte {
+	return []byte("kiroku/secret/" + entity + "/" + strconv.FormatUint(uint64(keyVersion), 10))
+}
+
+func (l *Ledger) putIdentity(ctx context.Context, entity string, keyVersion uint32, scheme auth.Scheme, material []byte) error {
+	err := l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tIdentities,
+		Partition:  storage.Values{"entity": storage.Text(entity)},
+		Clustering: storage.Values{"key_version": storage.BigInt(int64(keyVersion))},
+		Values:     storage.Values{"scheme": storage.BigInt(int64(scheme)), "material": storage.Blob(material)},
+		Condition:  storage.IfNotExists()})
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		return fmt.Errorf("%w: %s version %d", ErrIdentityExists, entity, keyVersion)
+	}
+	return err
+}
+
+// verifier returns the verifier of (entity, keyVersion).
+func (l *Ledger) verifier(ctx context.Context, entity string, keyVersion uint32) (auth.Verifier, error) {
+	k := identityKey{entity, keyVersion}
+	if v, ok := l.verifiers.Load(k); ok {
+		return v.(auth.Verifier), nil
+	}
+	row, ok, err := l.b.Get(ctx, &storage.Get{Namespace: l.ns, Table: tIdentities,
+		Partition:  storage.Values{"entity": storage.Text(entity)},
+		Clustering: storage.Values{"key_version": storage.BigInt(int64(keyVersion))}})
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownEntity, entity, keyVersion)
+	}
+	material := []byte(row["material"].Content())
+	var v auth.Verifier
+	switch auth.Scheme(row["scheme"].AsBigInt()) {
+	case auth.SchemeECDSA:
+		cert, perr := auth.ParseCertificatePEM(material)
+		if perr != nil {
+			return nil, fmt.Errorf("ledger: stored certificate of %s version %d: %w", entity, keyVersion, perr)
+		}
+		v, err = auth.NewECDSAVerifier(cert.PublicKey.(*ecdsa.PublicKey))
+	case auth.SchemeHMAC:
+		if l.cfg.Secrets == nil {
+			return nil, fmt.Errorf("%w: %s version %d has an HMAC secret and this ledger has no server key", ErrUnknownEntity, entity, keyVersion)
+		}
+		secret, oerr := l.cfg.Secrets.Open(material, secretAD(entity, keyVersion))
+		if oerr != nil {
+			return nil, fmt.Errorf("ledger: stored secret of %s version %d: %w", entity, keyVersion, oerr)
+		}
+		v, err = auth.NewHMACVerifier(secret)
+	default:
+		return nil, fmt.Errorf("ledger: identity %s version %d has unknown scheme %d", entity, keyVersion, row["scheme"].AsBigInt())
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.verifiers.Store(k, v)
+	return v, nil
+}
+
+// ---- contracts ----
+
+// RegisterContract verifies the registration's signature, compiles the
+// source and stores it under its id. Ids are immutable: registering an id
+// twice fails with ErrContractExists.
+func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration) error {
+	if err := checkID("contract id", reg.ID); err != nil {
+		return err
+	}
+	if len(reg.ID) >= len(BuiltinPrefix) && reg.ID[:len(BuiltinPrefix)] == BuiltinPrefix {
+		return fmt.Errorf("%w: contract ids starting with %q are reserved for built-in contracts", ErrBadRequest, BuiltinPrefix)
+	}
+	if err := checkIdentity(reg.Entity, reg.KeyVersion); err != nil {
+		return err
+	}
+	if err := checkSignatureLen(reg.Signature); err != nil {
+		return err
+	}
+	if len(reg.Source) > l.lim.MaxSourceBytes {
+		return fmt.Errorf("%w: source is %d bytes, limit %d", ErrTooLarge, len(reg.Source), l.lim.MaxSourceBytes)
+	}
+	v, err := l.verifier(ctx, reg.Entity, reg.KeyVersion)
+	if err != nil {
+		return err
+	}
+	if err := v.Verify(reg.SigningBytes(), reg.Signature); err != nil {
+		return err
+	}
+	if _, err := compileStarlark(reg.ID, reg.Source); err != nil {
+		return err
+	}
+	err = l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tContracts,
+		Partition:  storage.Values{"bucket": storage.Text(contractBucket)},
+		Clustering: storage.Values{"id": storage.Text(reg.ID)},
+		Values: storage.Values{"source": storage.Blob(reg.Source), "entity": storage.Text(reg.Entity),
+			"key_version": storage.BigInt(int64(reg.KeyVersion)), "signature": storage.Blob(reg.Signature)},
+		Condition: storage.IfNotExists()})
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		return fmt.Errorf("%w: %s", ErrContractExists, reg.ID)
+	}
+	return err
+}
+
+// ContractInfo describes a registered contract.
+type ContractInfo struct {
+	ID         string
+	Entity     string // who registered it; "" for built-ins
+	KeyVersion uint32
+	Source     []byte // nil for built-ins
+	Signature  []byte
+}
+
+// ListContracts returns the built-in contracts and then the registered
+// ones, each group sorted by id.
+func (l *Ledger) ListContracts(ctx context.Context) ([]ContractInfo, error) {
+	var out []ContractInfo
+	for _, id := range slices.Sorted(maps.Keys(Builtins)) {
+		out = append(out, ContractInfo{ID: id})
+	}
+	rows, err := l.b.Scan(ctx, &storage.Scan{Namespace: l.ns, Table: tContracts,
+		Partition: storage.Values{"bucket": storage.Text(contractBucket)}})
+	if err != nil {
+		return nil, err
+	}
+	all, err := storage.CollectRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range all {
+		out = append(out, ContractInfo{ID: r["id"].AsText(), Entity: r["entity"].AsText(),
+			KeyVersion: uint32(r["key_version"].AsBigInt()), Source: r["source"].AsBlob(), Signature: r["signature"].AsBlob()})
+	}
+	return out, nil
+}
+
+// contract returns the compiled contract id.
+func (l *Ledger) contract(ctx context.Context, id string) (Contract, error) {
+	if c, ok := Builtins[id]; ok {
+		return c, nil
+	}
+	if c, ok := l.contracts.Load(id); ok {
+		return c.(Contract), nil
+	}
+	if err := checkID("contract id", id); err != nil {
+		return nil, err
+	}
+	row, ok, err := l.b.Get(ctx, &storage.Get{Namespace: l.ns, Table: tContracts,
+		Partition:  storage.Values{"bucket": storage.Text(contractBucket)},
+		Clustering: storage.Values{"id": storage.Text(id)}, Projection: []string{"source"}})
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownContract, id)
+	}
+	c, err := compileStarlark(id, row["source"].AsBlob())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: stored contract %s: %w", id, err)
+	}
+	l.contracts.Store(id, c)
+	return c, nil
+}
+
+// ---- transaction states ----
+
+// TxStatus is the outcome recorded for a nonce.
+type TxStatus string
+
+const (
+	TxCommitted TxStatus = "committed"
+	TxAborted   TxStatus = "aborted"
+	TxUnknown   TxStatus = "unknown" // nothing recorded (never seen, rejected before execution, or still running)
+)
+
+// TxState is what the ledger recorded for a nonce.
+type TxState struct {
+	Nonce    string
+	Status   TxStatus
+	Reason   string           // why it aborted
+	Contract string           // the contract the request named
+	Result   []byte           // the contract's result, if committed
+	Writes   map[string]int64 // asset id → age written, if committed
+}
+
+// TxState returns the recorded state of nonce; TxUnknown if there is none.
+func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {
+	if err := checkID("nonce", nonce); err != nil {
+		return nil, err
+	}
+	row, ok, err := l.b.Get(ctx, l.txStateGet(nonce))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &TxState{Nonce: nonce, Status: TxUnknown}, nil
+	}
+	st := &TxState{Nonce: nonce, Status: TxStatus(row["state"].AsText()), Reason: row["reason"].AsText(),
+		Contract: row["contract"].AsText(), Result: []byte(row["result"].AsText())}
+	if w := row["writes"].AsText(); w != "" {
+		if err := json.Unmarshal([]byte(w), &st.Writes); err != nil {
+			return nil, fmt.Errorf("ledger: tx state %s: writes: %w", nonce, err)
+		}
+	}
+	return st, nil
+}
+
+func (l *Ledger) txStateGet(nonce string) *storage.Get {
+	return &storage.Get{Namespace: l.ns, Table: tTxStates, Partition: storage.Values{"nonce": storage.Text(nonce)}}
+}
+
+func (l *Ledger) txStatePut(st *TxState) *storage.Put {
+	writes := ""
+	if st.Writes != nil {
+		b, _ := json.Marshal(st.Writes) // map[string]int64 always marshals
+		writes = string(b)
+	}
+	return &storage.Put{Namespace: l.ns, Table: tTxStates,
+		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},
+		Values: storage.Values{"state": storage.Text(string(st.Status)), "reason": storage.Text(st.Reason),
+			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": storage.Text(writes)},
+		Condition: storage.IfNotExists()}
+}

@@ -1,0 +1,229 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+)
+
+// The checks validate-ledger runs on every version, in this order.
+const (
+	CheckChain           = "chain"            // the version is missing or its age breaks the sequence
+	CheckHash            = "hash"             // the stored hash is not SHA-256 of the version's fields
+	CheckPrevHash        = "prev_hash"        // prev_hash is not the hash of the version before
+	CheckProofSignature  = "proof_signature"  // the ledger's signature on the proof does not verify
+	CheckClientSignature = "client_signature" // the request's signature does not verify with its identity
+	CheckNonce           = "nonce"            // the nonce repeats, or its transaction state disagrees
+	CheckOutput          = "output"           // re-executing the contract on the recorded inputs gives another value
+)
+
+// Fault is the first version that failed validation, and why.
+type Fault struct {
+	ID     string
+	Age    int64
+	Check  string // one of the Check constants
+	Detail string
+}
+
+func (f *Fault) Error() string {
+	return fmt.Sprintf("asset %s version %d fails %s: %s", f.ID, f.Age, f.Check, f.Detail)
+}
+
+// Validation is the outcome of ValidateLedger.
+type Validation struct {
+	ID         string
+	Start, End int64 // the ages checked
+	Checked    int   // versions that passed every check
+	Fault      *Fault
+}
+
+// ValidateLedger checks the versions of asset id with ages in [start, end]
+// (end < 0: up to the latest) and stops at the first that fails. Per
+// version it checks, in order: the chain (ages without gaps), the hash, the
+// link to the previous hash, the ledger's proof signature, the client's
+// request signature, the nonce (used once along the chain, and recorded as
+// committed with this write), and the output, by re-executing the contract
+// on the versions its input names. A returned error means validation could
+// not run (storage failure, bad arguments); a fault is in the Validation.
+func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64) (*Validation, error) {
+	if err := checkAssetID(id); err != nil {
+		return nil, err
+	}
+	if start < 0 {
+		return nil, fmt.Errorf("%w: start age %d is negative", ErrBadRequest, start)
+	}
+	latest, err := l.Latest(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if end < 0 || end > latest {
+		end = latest
+	}
+	val := &Validation{ID: id, Start: start, End: end}
+	var prevHash []byte
+	if start > 0 && start <= end {
+		prev, err := l.Version(ctx, id, start-1)
+		if err != nil {
+			val.Fault = &Fault{ID: id, Age: start - 1, Check: CheckChain, Detail: err.Error()}
+			return val, nil
+		}
+		prevHash = prev.Hash
+	}
+	nonces := map[string]int64{}
+	for age := start; age <= end; {
+		page, err := l.scanRows(ctx, l.b, id, end, ScanRange{Start: age, End: end, Ascending: true, Limit: l.lim.MaxScanLimit})
+		if err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			val.Fault = &Fault{ID: id, Age: age, Check: CheckChain, Detail: "version missing"}
+			return val, nil
+		}
+		for _, row := range page {
+			v, err := rowVersion(id, row)
+			if err != nil {
+				val.Fault = &Fault{ID: id, Age: age, Check: CheckChain, Detail: err.Error()}
+				return val, nil
+			}
+			if v.Age != age {
+				val.Fault = &Fault{ID: id, Age: age, Check: CheckChain, Detail: fmt.Sprintf("version missing; the next one is %d", v.Age)}
+				return val, nil
+			}
+			if check, detail, err := l.checkVersion(ctx, v, prevHash, nonces); err != nil {
+				return nil, err
+			} else if check != "" {
+				val.Fault = &Fault{ID: id, Age: age, Check: check, Detail: detail}
+				return val, nil
+			}
+			nonces[v.Nonce] = age
+			prevHash = v.Hash
+			val.Checked++
+			age++
+		}
+	}
+	return val, nil
+}
+
+// checkVersion runs the checks on one version; it returns the failed check
+// and why, or "".
+func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, nonces map[string]int64) (check, detail string, err error) {
+	if h := v.ComputeHash(); !bytes.Equal(h, v.Hash) {
+		return CheckHash, fmt.Sprintf("stored %x, recomputed %x", v.Hash, h), nil
+	}
+	if !bytes.Equal(v.PrevHash, prevHash) {
+		return CheckPrevHash, fmt.Sprintf("prev_hash %x, the previous version's hash is %x", v.PrevHash, prevHash), nil
+	}
+	p := v.Proof()
+	if err := l.VerifyProof(&p); err != nil {
+		return CheckProofSignature, err.Error(), nil
+	}
+	req := &Request{Nonce: v.Nonce, ContractID: v.Contract, Argument: v.Argument, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature}
+	verifier, err := l.verifier(ctx, v.Entity, v.KeyVersion)
+	if err != nil {
+		return CheckClientSignature, err.Error(), nil
+	}
+	if err := verifier.Verify(req.SigningBytes(), req.Signature); err != nil {
+		return CheckClientSignature, err.Error(), nil
+	}
+	if a, dup := nonces[v.Nonce]; dup {
+		return CheckNonce, fmt.Sprintf("nonce %s also wrote version %d", v.Nonce, a), nil
+	}
+	st, err := l.TxState(ctx, v.Nonce)
+	if err != nil {
+		return "", "", err
+	}
+	if st.Status != TxCommitted || st.Writes[v.ID] != v.Age {
+		return CheckNonce, fmt.Sprintf("transaction %s is recorded as %s, writing %v", v.Nonce, st.Status, st.Writes), nil
+	}
+	out, detail, err := l.reexecute(ctx, v)
+	if err != nil {
+		return "", "", err
+	}
+	if detail != "" {
+		return CheckOutput, detail, nil
+	}
+	if !bytes.Equal(out, v.Output) {
+		return CheckOutput, fmt.Sprintf("stored %s, re-execution gives %s", truncate(string(v.Output)), truncate(string(out))), nil
+	}
+	return "", "", nil
+}
+
+// reexecute runs v's request again on the versions its input names and
+// returns the value it writes to v.ID, or why the replay diverged.
+func (l *Ledger) reexecute(ctx context.Context, v *Version) (out []byte, divergence string, err error) {
+	s := &replayStore{ctx: ctx, l: l, input: v.Input, writes: map[string][]byte{}}
+	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
+	_, rerr := runContract(l.lim, load, s, v.Contract, v.Argument)
+	if s.err != nil {
+		return nil, "", s.err
+	}
+	switch {
+	case rerr != nil && Kind(rerr) == "":
+		return nil, "", rerr
+	case rerr != nil:
+		return nil, "re-execution fails: " + rerr.Error(), nil
+	case s.stray != "":
+		return nil, fmt.Sprintf("re-execution reads asset %s, which is not in the version's input", s.stray), nil
+	}
+	w, ok := s.writes[v.ID]
+	if !ok {
+		return nil, fmt.Sprintf("re-execution does not write asset %s", v.ID), nil
+	}
+	return w, "", nil
+}
+
+// replayStore serves a re-execution from the versions a proof's input set
+// names. Reading anything else is a divergence.
+type replayStore struct {
+	ctx    context.Context
+	l      *Ledger
+	input  map[string]int64
+	writes map[string][]byte
+	stray  string
+	err    error // a storage failure; it is not the contract's fault
+}
+
+func (s *replayStore) age(id string) (int64, bool) {
+	a, ok := s.input[id]
+	if !ok && s.stray == "" {
+		s.stray = id
+	}
+	return a, ok
+}
+
+func (s *replayStore) get(id string) (*AssetValue, error) {
+	a, ok := s.age(id)
+	if w, written := s.writes[id]; written {
+		return &AssetValue{Age: a + 1, Value: w}, nil
+	}
+	if !ok || a < 0 {
+		return nil, nil
+	}
+	row, found, err := s.l.b.Get(s.ctx, s.l.versionGet(id, a, "output"))
+	if err != nil {
+		s.err = err
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: input version %s/%d is missing", ErrNotFound, id, a)
+	}
+	return &AssetValue{Age: a, Value: []byte(row["output"].Content())}, nil
+}
+
+func (s *replayStore) put(id string, value []byte) error {
+	s.age(id)
+	s.writes[id] = value
+	return nil
+}
+
+func (s *replayStore) scan(id string, r ScanRange) ([]AssetValue, error) {
+	a, ok := s.age(id)
+	if !ok || a < 0 {
+		return nil, nil
+	}
+	vs, err := s.l.scanVersions(s.ctx, s.l.b, id, a, r)
+	if err != nil {
+		s.err = err
+	}
+	return vs, err
+}
