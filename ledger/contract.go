@@ -99,7 +99,7 @@ type Context struct {
 type execution struct {
 	limits Limits
 	load   func(id string) (Contract, error)
-	stack  []string // ids of the contracts running, outermost first
+	stack  []string    // ids of the contracts running, outermost first
 	star   *starThread // created by the first Starlark contract
 }
 

@@ -44,7 +44,7 @@ func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
 	if err == nil || !isExecutionFailure(err) {
 		return res, err
 	}
-	st := &TxState{Nonce: req.Nonce, Status: TxAborted, Reason: err.Error(), Contract: req.ContractID}
+	st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: err.Error(), Contract: req.ContractID}
 	if rerr := l.b.Put(ctx, l.txStatePut(st)); rerr != nil && !errors.Is(rerr, storage.ErrConditionNotMet) {
 		return nil, errors.Join(err, fmt.Errorf("ledger: recording the abort of %s: %w", req.Nonce, rerr))
 	}

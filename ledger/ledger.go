@@ -19,7 +19,7 @@ import (
 type Config struct {
 	// Backend stores everything; the ledger uses only the storage API.
 	Backend storage.Backend
-	// Namespace holds the ledger's tables; "" means "ledger".
+	// Namespace holds the ledger's tables; "" means DefaultNamespace.
 	Namespace string
 	// Signer signs proofs with the ledger's key; required.
 	Signer auth.Signer
@@ -61,7 +61,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		return nil, errors.New("ledger: Config needs Backend, Signer and ProofVerifier")
 	}
 	if cfg.Namespace == "" {
-		cfg.Namespace = "ledger"
+		cfg.Namespace = DefaultNamespace
 	}
 	if err := ensureSchema(ctx, cfg.Backend, cfg.Namespace); err != nil {
 		return nil, err
@@ -285,6 +285,7 @@ const (
 type TxState struct {
 	Nonce    string
 	Status   TxStatus
+	Kind     string           // the error kind (Kind) it aborted with
 	Reason   string           // why it aborted
 	Contract string           // the contract the request named
 	Result   []byte           // the contract's result, if committed
@@ -303,7 +304,7 @@ func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {
 	if !ok {
 		return &TxState{Nonce: nonce, Status: TxUnknown}, nil
 	}
-	st := &TxState{Nonce: nonce, Status: TxStatus(row["state"].AsText()), Reason: row["reason"].AsText(),
+	st := &TxState{Nonce: nonce, Status: TxStatus(row["state"].AsText()), Kind: row["kind"].AsText(), Reason: row["reason"].AsText(),
 		Contract: row["contract"].AsText(), Result: []byte(row["result"].AsText())}
 	if w := row["writes"].AsText(); w != "" {
 		if err := json.Unmarshal([]byte(w), &st.Writes); err != nil {
@@ -325,7 +326,7 @@ func (l *Ledger) txStatePut(st *TxState) *storage.Put {
 	}
 	return &storage.Put{Namespace: l.ns, Table: tTxStates,
 		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},
-		Values: storage.Values{"state": storage.Text(string(st.Status)), "reason": storage.Text(st.Reason),
+		Values: storage.Values{"state": storage.Text(string(st.Status)), "kind": storage.Text(st.Kind), "reason": storage.Text(st.Reason),
 			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": storage.Text(writes)},
 		Condition: storage.IfNotExists()}
 }

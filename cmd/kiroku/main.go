@@ -36,7 +36,8 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(versionCmd(), benchCmd())
+	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd())
+	root.AddCommand(clientCmds()...)
 	return root
 }
 

@@ -1,0 +1,228 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+func (c *Client) admin(ctx context.Context) (context.Context, error) {
+	if c.cfg.AdminToken == "" {
+		return nil, errors.New("client: registering an identity needs the administrator's token")
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.cfg.AdminToken), nil
+}
+
+// RegisterCertificate enrols the client's certificate (administrator only).
+func (c *Client) RegisterCertificate(ctx context.Context) error {
+	if len(c.cfg.CertificatePEM) == 0 {
+		return errors.New("client: no certificate configured")
+	}
+	ctx, err := c.admin(ctx)
+	if err != nil {
+		return err
+	}
+	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return c.api.RegisterCertificate(ctx, &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion,
+			CertificatePem: string(c.cfg.CertificatePEM)}, o...)
+	})
+	return err
+}
+
+// RegisterSecret enrols the client's HMAC secret (administrator only).
+func (c *Client) RegisterSecret(ctx context.Context) error {
+	if len(c.cfg.Secret) == 0 {
+		return errors.New("client: no secret configured")
+	}
+	ctx, err := c.admin(ctx)
+	if err != nil {
+		return err
+	}
+	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return c.api.RegisterSecret(ctx, &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}, o...)
+	})
+	return err
+}
+
+// RegisterContract registers Starlark source under id, signed.
+func (c *Client) RegisterContract(ctx context.Context, id string, source []byte) error {
+	if err := c.needSigner(); err != nil {
+		return err
+	}
+	reg := &ledger.ContractRegistration{ID: id, Source: source, Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion}
+	sig, err := c.signer.Sign(reg.SigningBytes())
+	if err != nil {
+		return err
+	}
+	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return c.api.RegisterContract(ctx, &api.RegisterContractRequest{ContractId: id, Source: source,
+			Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Signature: sig}, o...)
+	})
+	return err
+}
+
+// ListContracts lists the built-in and registered contracts.
+func (c *Client) ListContracts(ctx context.Context) ([]*api.ContractInfo, error) {
+	r, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ListContractsReply, error) {
+		return c.api.ListContracts(ctx, &api.ListContractsRequest{}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.Contracts, nil
+}
+
+// NewRequest builds and signs a request with a fresh nonce.
+func (c *Client) NewRequest(contractID string, argument []byte) (*ledger.Request, error) {
+	if err := c.needSigner(); err != nil {
+		return nil, err
+	}
+	return c.SignRequest(&ledger.Request{Nonce: NewNonce(), ContractID: contractID, Argument: argument})
+}
+
+// SignRequest fills in the client's identity and signs r, keeping its
+// nonce, contract and argument.
+func (c *Client) SignRequest(r *ledger.Request) (*ledger.Request, error) {
+	if err := c.needSigner(); err != nil {
+		return nil, err
+	}
+	r.Entity, r.KeyVersion = c.cfg.Entity, c.cfg.KeyVersion
+	sig, err := c.signer.Sign(r.SigningBytes())
+	if err != nil {
+		return nil, err
+	}
+	r.Signature = sig
+	return r, nil
+}
+
+// Execute runs contractID with a JSON argument under a fresh nonce.
+func (c *Client) Execute(ctx context.Context, contractID string, argument []byte) (*ledger.Result, error) {
+	r, err := c.NewRequest(contractID, argument)
+	if err != nil {
+		return nil, err
+	}
+	return c.ExecuteRequest(ctx, r)
+}
+
+// ExecuteRequest sends a signed request, retrying it (same nonce) while
+// replies are lost, and recovering the outcome from the ledger's recorded
+// state if a retry finds the nonce used.
+func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+	reply, attempts, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
+		return c.api.ExecuteContract(ctx, server.RequestToAPI(r), o...)
+	})
+	if err != nil {
+		if attempts > 0 && errors.Is(err, ledger.ErrNonceReused) {
+			return c.recover(ctx, r.Nonce)
+		}
+		return nil, err
+	}
+	res := &ledger.Result{Nonce: reply.Nonce, Result: reply.Result}
+	for _, p := range reply.Proofs {
+		lp, err := server.ProofFromAPI(p)
+		if err != nil {
+			return nil, err
+		}
+		res.Proofs = append(res.Proofs, *lp)
+	}
+	return res, nil
+}
+
+// recover rebuilds the outcome of a request whose reply was lost.
+func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, error) {
+	st, err := c.TxState(ctx, nonce)
+	if err != nil {
+		return nil, err
+	}
+	switch st.Status {
+	case ledger.TxCommitted:
+		res := &ledger.Result{Nonce: nonce, Result: st.Result}
+		for _, w := range st.Writes {
+			p, err := c.Proof(ctx, w.Id, w.Age)
+			if err != nil {
+				return nil, err
+			}
+			res.Proofs = append(res.Proofs, *p)
+		}
+		return res, nil
+	case ledger.TxAborted:
+		if s := ledger.KindError(st.Kind); s != nil {
+			return nil, &Error{Kind: st.Kind, Msg: st.Reason, sentinel: s}
+		}
+		return nil, fmt.Errorf("client: transaction %s aborted: %s", nonce, st.Reason)
+	}
+	return nil, fmt.Errorf("client: transaction %s: nonce used, but its state is %s", nonce, st.Status)
+}
+
+// TxStateReply is the recorded state of a transaction.
+type TxStateReply struct {
+	Status ledger.TxStatus
+	Kind   string
+	Reason string
+	Result []byte
+	Writes []*api.InputEntry
+}
+
+// TxState returns the ledger's recorded state of nonce.
+func (c *Client) TxState(ctx context.Context, nonce string) (*TxStateReply, error) {
+	st, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
+		return c.api.GetTxState(ctx, &api.GetTxStateRequest{Nonce: nonce}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &TxStateReply{Status: ledger.TxStatus(st.Status), Kind: st.Kind, Reason: st.Reason, Result: st.Result, Writes: st.Writes}, nil
+}
+
+// History returns versions of asset id.
+func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]*ledger.Version, error) {
+	reply, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
+		return c.api.GetAsset(ctx, &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(r.Limit)}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ledger.Version, 0, len(reply.Versions))
+	for _, v := range reply.Versions {
+		lv, err := server.VersionFromAPI(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lv)
+	}
+	return out, nil
+}
+
+// Proof fetches the proof of version age of asset id.
+func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof, error) {
+	p, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.Proof, error) {
+		return c.api.GetProof(ctx, &api.GetProofRequest{Id: id, Age: age}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return server.ProofFromAPI(p)
+}
+
+// ValidateLedger asks the ledger to validate versions [start, end] of id.
+func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64) (*api.ValidateLedgerReply, error) {
+	v, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
+		return c.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
+	})
+	return v, err
+}
+
+// LedgerKey returns the ledger's proof key description.
+func (c *Client) LedgerKey(ctx context.Context) (*api.LedgerKey, error) {
+	k, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.LedgerKey, error) {
+		return c.api.GetLedgerKey(ctx, &api.GetLedgerKeyRequest{}, o...)
+	})
+	return k, err
+}

@@ -1,0 +1,280 @@
+// Package client is kiroku's Go SDK: it signs requests with the client's
+// identity and calls a ledger server over gRPC.
+//
+// Every call takes a context; its deadline bounds the whole call, retries
+// included. Execute retries a request whose reply was lost (the connection
+// failed or an attempt timed out) with the same nonce: the ledger accepts a
+// nonce once, so a retry can never apply the contract twice. If a retry
+// finds the nonce already used, the client asks for the transaction's
+// recorded state and returns the original outcome — the result and its
+// proofs if it committed, its error if it aborted.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+// Config is a client's identity and server. Exactly one of Secret and
+// PrivateKeyPEM must be set (to sign requests); Certificate is needed only
+// to register the certificate.
+type Config struct {
+	Server     string `json:"server"`      // host:port; "" means 127.0.0.1:50051
+	Entity     string `json:"entity"`      // the client's entity id
+	KeyVersion uint32 `json:"key_version"` // 0 means 1
+	// Secret is the HMAC-SHA256 secret, hex in files and the environment.
+	Secret []byte `json:"-"`
+	// PrivateKeyPEM and CertificatePEM are the ECDSA P-256 identity.
+	PrivateKeyPEM  []byte `json:"-"`
+	CertificatePEM []byte `json:"-"`
+	// AdminToken authorises identity registration.
+	AdminToken string `json:"-"`
+	// AttemptTimeout bounds one attempt of a call; 0 means 10s.
+	AttemptTimeout time.Duration `json:"-"`
+	// MaxAttempts bounds the tries of a call whose reply was lost; 0 means 5.
+	MaxAttempts int `json:"-"`
+}
+
+// fileConfig is the JSON form of Config: keys are named by file (or given
+// as hex for the secret).
+type fileConfig struct {
+	Server         string `json:"server"`
+	Entity         string `json:"entity"`
+	KeyVersion     uint32 `json:"key_version"`
+	SecretHex      string `json:"secret_hex"`
+	SecretFile     string `json:"secret_file"`
+	PrivateKeyFile string `json:"private_key_file"`
+	CertFile       string `json:"certificate_file"`
+	AdminTokenFile string `json:"admin_token_file"`
+}
+
+// LoadConfig reads a JSON config file:
+//
+//	{"server": "127.0.0.1:50051", "entity": "alice", "key_version": 1,
+//	 "secret_hex": "..." | "secret_file": "path",
+//	 "private_key_file": "key.pem", "certificate_file": "cert.pem",
+//	 "admin_token_file": "token"}
+//
+// Relative paths are relative to the file's directory.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("client: config: %w", err)
+	}
+	var fc fileConfig
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fc); err != nil {
+		return Config{}, fmt.Errorf("client: config %s: %w", path, err)
+	}
+	return fc.resolve(filepath.Dir(path))
+}
+
+// ConfigFromEnv reads KIROKU_SERVER, KIROKU_ENTITY, KIROKU_KEY_VERSION,
+// KIROKU_SECRET (hex) or KIROKU_SECRET_FILE, KIROKU_PRIVATE_KEY_FILE,
+// KIROKU_CERT_FILE and KIROKU_ADMIN_TOKEN_FILE.
+func ConfigFromEnv() (Config, error) {
+	fc := fileConfig{Server: os.Getenv("KIROKU_SERVER"), Entity: os.Getenv("KIROKU_ENTITY"),
+		SecretHex: os.Getenv("KIROKU_SECRET"), SecretFile: os.Getenv("KIROKU_SECRET_FILE"),
+		PrivateKeyFile: os.Getenv("KIROKU_PRIVATE_KEY_FILE"), CertFile: os.Getenv("KIROKU_CERT_FILE"),
+		AdminTokenFile: os.Getenv("KIROKU_ADMIN_TOKEN_FILE")}
+	if v := os.Getenv("KIROKU_KEY_VERSION"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return Config{}, fmt.Errorf("client: KIROKU_KEY_VERSION: %w", err)
+		}
+		fc.KeyVersion = uint32(n)
+	}
+	return fc.resolve("")
+}
+
+func (fc fileConfig) resolve(dir string) (Config, error) {
+	c := Config{Server: fc.Server, Entity: fc.Entity, KeyVersion: fc.KeyVersion}
+	read := func(p string) ([]byte, error) {
+		if p == "" {
+			return nil, nil
+		}
+		if dir != "" && !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("client: config: %w", err)
+		}
+		return b, nil
+	}
+	var err error
+	secretHex := fc.SecretHex
+	if fc.SecretFile != "" {
+		b, err := read(fc.SecretFile)
+		if err != nil {
+			return c, err
+		}
+		secretHex = strings.TrimSpace(string(b))
+	}
+	if secretHex != "" {
+		if c.Secret, err = hex.DecodeString(secretHex); err != nil {
+			return c, fmt.Errorf("client: config: secret is not hex: %w", err)
+		}
+	}
+	if c.PrivateKeyPEM, err = read(fc.PrivateKeyFile); err != nil {
+		return c, err
+	}
+	if c.CertificatePEM, err = read(fc.CertFile); err != nil {
+		return c, err
+	}
+	tok, err := read(fc.AdminTokenFile)
+	if err != nil {
+		return c, err
+	}
+	c.AdminToken = strings.TrimSpace(string(tok))
+	return c, nil
+}
+
+// Client talks to one ledger server. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	conn   *grpc.ClientConn
+	api    api.LedgerClient
+	signer auth.Signer // nil: the client can only read
+}
+
+// Dial connects to cfg.Server. The connection is made lazily; the first
+// call reports an unreachable server.
+func Dial(cfg Config) (*Client, error) {
+	if cfg.Server == "" {
+		cfg.Server = "127.0.0.1:50051"
+	}
+	if cfg.KeyVersion == 0 {
+		cfg.KeyVersion = 1
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = 10 * time.Second
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
+	}
+	c := &Client{cfg: cfg}
+	var err error
+	switch {
+	case len(cfg.Secret) > 0 && len(cfg.PrivateKeyPEM) > 0:
+		return nil, errors.New("client: config has both an HMAC secret and an ECDSA key; pick one")
+	case len(cfg.Secret) > 0:
+		c.signer, err = auth.NewHMACSigner(cfg.Secret)
+	case len(cfg.PrivateKeyPEM) > 0:
+		k, perr := auth.ParsePrivateKeyPEM(cfg.PrivateKeyPEM)
+		if err = perr; err == nil {
+			c.signer, err = auth.NewECDSASigner(k)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.api = api.NewLedgerClient(c.conn)
+	return c, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Entity returns the client's entity id and key version.
+func (c *Client) Entity() (string, uint32) { return c.cfg.Entity, c.cfg.KeyVersion }
+
+func (c *Client) needSigner() error {
+	if c.signer == nil {
+		return errors.New("client: no identity configured (set a secret or a private key)")
+	}
+	if c.cfg.Entity == "" {
+		return errors.New("client: no entity configured")
+	}
+	return nil
+}
+
+// call runs one RPC with per-attempt timeouts, retrying while the reply is
+// lost (Unavailable, or an attempt that timed out while ctx has time left).
+// It converts errors back into the ledger's sentinels.
+func call[T any](ctx context.Context, c *Client, retry bool, f func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, int, error) {
+	var zero T
+	var err error
+	for attempt := 0; attempt < c.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			backoff := time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return zero, attempt, errors.Join(err, ctx.Err())
+			case <-time.After(backoff):
+			}
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		var trailer metadata.MD
+		var out T
+		out, err = f(actx, grpc.Trailer(&trailer))
+		cancel()
+		if err == nil {
+			return out, attempt, nil
+		}
+		code := status.Code(err)
+		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
+		if !retry || !lost {
+			return zero, attempt, fromStatus(err, trailer)
+		}
+	}
+	return zero, c.cfg.MaxAttempts, fromStatus(err, nil)
+}
+
+// fromStatus turns a gRPC error into one wrapping the ledger's sentinel.
+func fromStatus(err error, trailer metadata.MD) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	if kinds := trailer.Get(server.ErrorKindKey); len(kinds) > 0 {
+		if s := ledger.KindError(kinds[0]); s != nil {
+			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: s}
+		}
+	}
+	return &Error{Code: st.Code(), Msg: st.Message()}
+}
+
+// Error is a failed call: the gRPC code, the ledger's error kind if any,
+// and the server's message. errors.Is matches the ledger sentinel of Kind.
+type Error struct {
+	Code     codes.Code
+	Kind     string
+	Msg      string
+	sentinel error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns the ledger sentinel.
+func (e *Error) Unwrap() error { return e.sentinel }
+
+// NewNonce returns a random UUID, the usual nonce.
+func NewNonce() string { return uuid.Must(uuid.NewRandomFromReader(rand.Reader)).String() }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// demoContract records an inspection result for a piece of equipment.
+const demoContract = `# Records one inspection of a piece of equipment.
+# args: {"equipment": id, "inspector": name, "result": "pass" | "fail", "notes": text}
+def invoke(ledger, args):
+    if args.get("result") not in ("pass", "fail"):
+        fail("result must be \"pass\" or \"fail\", got %r" % args.get("result"))
+    cur = ledger.get(args["equipment"])
+    history = {"inspections": 0, "failures": 0}
+    if cur != None:
+        history = cur["value"]
+    failures = history["failures"] + (1 if args["result"] == "fail" else 0)
+    ledger.put(args["equipment"], {
+        "inspections": history["inspections"] + 1,
+        "failures": failures,
+        "last": {"inspector": args["inspector"], "result": args["result"], "notes": args.get("notes", "")},
+    })
+    return {"equipment": args["equipment"], "inspections": history["inspections"] + 1, "failures": failures}
+`
+
+func demoCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start a ledger server on the embedded engine and walk through contracts, proofs, validation and tamper detection",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dataDir == "" {
+				tmp, err := os.MkdirTemp("", "kiroku-demo-*")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				dataDir = tmp
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory (default: a temporary one, removed afterwards)")
+	return cmd
+}
+
+func runDemo(ctx context.Context, w io.Writer, dataDir string) error {
+	step := func(format string, a ...any) { fmt.Fprintf(w, "\n== "+format+"\n", a...) }
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return err
+	}
+	srv, err := server.Start(ctx, server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", AdminToken: hex.EncodeToString(token),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer srv.Stop(5 * time.Second)
+	step("Started a ledger server on %s (embedded engine, data in %s)", srv.Addr(), dataDir)
+	fmt.Fprintf(w, "ledger proof key: %s, fingerprint %s\n", srv.Key.Scheme, srv.Key.Fingerprint)
+
+	keyPEM, certPEM, err := auth.GenerateIdentity("inspector-1", time.Now().Add(-time.Minute), time.Now().AddDate(1, 0, 0))
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "inspector-1", KeyVersion: 1,
+		PrivateKeyPEM: keyPEM, CertificatePEM: certPEM, AdminToken: hex.EncodeToString(token)})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.RegisterCertificate(ctx); err != nil {
+		return err
+	}
+	step("Registered identity inspector-1 (ECDSA P-256 certificate)")
+	if err := c.RegisterContract(ctx, "inspection", []byte(demoContract)); err != nil {
+		return err
+	}
+	step("Registered contract \"inspection\" (Starlark, signed by inspector-1):")
+	fmt.Fprint(w, demoContract)
+
+	step("Executed it:")
+	runs := []string{
+		`{"equipment":"boiler-7","inspector":"sato","result":"pass","notes":"pressure 1.2 MPa"}`,
+		`{"equipment":"boiler-7","inspector":"tanaka","result":"fail","notes":"valve leak"}`,
+		`{"equipment":"boiler-7","inspector":"sato","result":"pass","notes":"valve replaced"}`,
+		`{"equipment":"crane-2","inspector":"suzuki","result":"pass"}`,
+	}
+	for _, a := range runs {
+		res, err := c.Execute(ctx, "inspection", []byte(a))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n  → %s\n", a, res.Result)
+		for i := range res.Proofs {
+			printProof(w, proofJSON(&res.Proofs[i]))
+		}
+	}
+	_, err = c.Execute(ctx, "inspection", []byte(`{"equipment":"boiler-7","inspector":"x","result":"maybe"}`))
+	fmt.Fprintf(w, "a bad result is refused and writes nothing: %v\n", err)
+
+	step("History of boiler-7, with proofs:")
+	vs, err := c.History(ctx, "boiler-7", ledger.ScanRange{End: -1, Ascending: true})
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		printVersions(w, []VersionJSON{versionJSON(v)})
+	}
+
+	step("validate-ledger boiler-7:")
+	v, err := c.ValidateLedger(ctx, "boiler-7", 0, -1)
+	if err != nil {
+		return err
+	}
+	if !v.Ok {
+		return fmt.Errorf("demo: the untouched ledger fails validation: %s", (&validationFailed{v}).Error())
+	}
+	printValidation(w, v)
+
+	step("Tampering: rewriting boiler-7 version 1 in storage, behind the ledger's back (failure → pass)")
+	tampered := `{"failures":0,"inspections":2,"last":{"inspector":"tanaka","notes":"","result":"pass"}}`
+	if err := srv.Backend.Put(ctx, &storage.Put{Namespace: ledger.DefaultNamespace, Table: ledger.AssetsTable,
+		Partition: storage.Values{"id": storage.Text("boiler-7")}, Clustering: storage.Values{"age": storage.BigInt(1)},
+		Values: storage.Values{"output": storage.Text(tampered)}, Condition: storage.IfExists()}); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "stored output of boiler-7@1 is now %s\n", tampered)
+
+	step("validate-ledger boiler-7 again:")
+	v, err = c.ValidateLedger(ctx, "boiler-7", 0, -1)
+	if err != nil {
+		return err
+	}
+	if v.Ok {
+		return fmt.Errorf("demo: tampering was not detected")
+	}
+	fmt.Fprintf(w, "DETECTED: %s (%d version(s) before it are valid)\n", (&validationFailed{v}).Error(), v.Checked)
+	return nil
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+func serverCmd() *cobra.Command {
+	var (
+		o              server.Options
+		adminTokenFile string
+		proofScheme    string
+		logLevel       string
+		logJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the ledger server (gRPC, with reflection)",
+		Long: `Runs the ledger over gRPC on --listen, with server reflection (grpcurl -plaintext ADDR list).
+Storage is the embedded engine in --data-dir by default, or PostgreSQL with --backend=postgres.
+Identity registration is enabled only with an administrator token (--admin-token-file, or the
+KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			hopts := &slog.HandlerOptions{Level: level}
+			o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), hopts))
+			if logJSON {
+				o.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), hopts))
+			}
+			scheme, err := auth.ParseScheme(proofScheme)
+			if err != nil {
+				return fmt.Errorf("--proof-scheme: %w", err)
+			}
+			o.ProofScheme = scheme
+			o.AdminToken = os.Getenv("KIROKU_ADMIN_TOKEN")
+			if adminTokenFile != "" {
+				b, err := os.ReadFile(adminTokenFile)
+				if err != nil {
+					return err
+				}
+				o.AdminToken = strings.TrimSpace(string(b))
+			}
+			if o.AdminToken != "" && len(o.AdminToken) < 16 {
+				return fmt.Errorf("the admin token must be at least 16 characters")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r, err := server.Start(ctx, o)
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			o.Logger.Info("shutting down")
+			return r.Stop(10 * time.Second)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DataDir, "data-dir", "kiroku-data", "directory for keys and the embedded engine's data")
+	f.StringVar(&o.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
+	f.StringVar(&o.Backend, "backend", "engine", "storage backend: engine or postgres")
+	f.StringVar(&o.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres")
+	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
+	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the administrator token that enables identity registration")
+	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
+	return cmd
+}
