@@ -55,6 +55,8 @@ type Config struct {
 	AttemptTimeout time.Duration `json:"-"`
 	// MaxAttempts bounds the tries of a call whose reply was lost; 0 means 5.
 	MaxAttempts int `json:"-"`
+	// DialOptions are added to the connection's (interceptors, TLS).
+	DialOptions []grpc.DialOption `json:"-"`
 }
 
 // fileConfig is the JSON form of Config: keys are named by file (or given
@@ -192,7 +194,8 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	c.conn, err = grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -1,0 +1,253 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+const token = "0123456789abcdef0123"
+
+func startServer(t *testing.T, o server.Options) *server.Running {
+	t.Helper()
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	o.Listen = "127.0.0.1:0"
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Engine.EpochInterval = 5 * time.Millisecond
+	r, err := server.Start(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop(time.Second) })
+	return r
+}
+
+func dial(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
+	c, err := client.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+const counter = "def invoke(ledger, args):\n    cur = ledger.get(args['id'])\n    n = 0 if cur == None else cur['value']\n    if n >= args.get('max', 100):\n        fail('counter is full')\n    ledger.put(args['id'], n + 1)\n    return n + 1\n"
+
+func TestEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	secret := bytes.Repeat([]byte{7}, 32)
+	hc := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: secret, AdminToken: token})
+	keyPEM, certPEM, _ := auth.GenerateIdentity("bob", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	ec := dial(t, client.Config{Server: srv.Addr(), Entity: "bob", PrivateKeyPEM: keyPEM, CertificatePEM: certPEM, AdminToken: token})
+	if err := hc.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ec.RegisterCertificate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.RegisterContract(ctx, "counter", []byte(counter)); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*client.Client{hc, ec, hc} {
+		res, err := c.Execute(ctx, "counter", []byte(`{"id":"c1"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Result) != fmt.Sprint(i+1) || len(res.Proofs) != 1 || res.Proofs[0].Age != int64(i) {
+			t.Fatalf("execute %d: %s %+v", i, res.Result, res.Proofs)
+		}
+		if err := srv.Ledger.VerifyProof(&res.Proofs[0]); err != nil {
+			t.Fatalf("proof from the wire: %v", err)
+		}
+	}
+	hist, err := ec.History(ctx, "c1", ledger.ScanRange{End: -1, Ascending: false})
+	if err != nil || len(hist) != 3 || hist[0].Age != 2 || string(hist[0].Output) != "3" {
+		t.Fatalf("history: %v %v", hist, err)
+	}
+	for _, v := range hist {
+		if !bytes.Equal(v.Hash, v.ComputeHash()) {
+			t.Fatalf("version %d: hash does not recompute from the wire form", v.Age)
+		}
+	}
+	p, err := hc.Proof(ctx, "c1", 1)
+	if err != nil || srv.Ledger.VerifyProof(p) != nil {
+		t.Fatalf("get proof: %+v %v", p, err)
+	}
+	st, err := hc.TxState(ctx, hist[0].Nonce)
+	if err != nil || st.Status != ledger.TxCommitted || len(st.Writes) != 1 || st.Writes[0].Age != 2 {
+		t.Fatalf("tx state: %+v %v", st, err)
+	}
+	v, err := hc.ValidateLedger(ctx, "c1", 0, -1)
+	if err != nil || !v.Ok || v.Checked != 3 {
+		t.Fatalf("validate: %+v %v", v, err)
+	}
+	key, err := hc.LedgerKey(ctx)
+	if err != nil || key.Scheme != "ecdsa" || key.Fingerprint == "" || key.PublicKeyPem == "" {
+		t.Fatalf("ledger key: %+v %v", key, err)
+	}
+	cs, err := hc.ListContracts(ctx)
+	if err != nil || len(cs) != 4 || cs[3].ContractId != "counter" || cs[3].Builtin {
+		t.Fatalf("contracts: %v %v", cs, err)
+	}
+
+	// Errors keep their kind over the wire.
+	replay, _ := hc.NewRequest("counter", []byte(`{"id":"c2"}`))
+	if _, err := hc.ExecuteRequest(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := hc.NewRequest("counter", []byte(`{"id":"c2"}`))
+	forged.Argument = []byte(`{"id":"c3"}`)
+	stranger := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret})
+	noToken := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, AdminToken: "wrong-token-0000000"})
+	cases := []struct {
+		name string
+		call func() error
+		want error
+		code codes.Code
+	}{
+		{"replayed nonce", func() error { _, err := hc.ExecuteRequest(ctx, replay); return err }, ledger.ErrNonceReused, codes.AlreadyExists},
+		{"forged argument", func() error { _, err := hc.ExecuteRequest(ctx, forged); return err }, ledger.ErrBadSignature, codes.Unauthenticated},
+		{"unknown entity", func() error { _, err := stranger.Execute(ctx, "counter", []byte(`{"id":"c2"}`)); return err }, ledger.ErrUnknownEntity, codes.Unauthenticated},
+		{"malformed argument", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":`)); return err }, ledger.ErrBadArgument, codes.InvalidArgument},
+		{"unknown contract", func() error { _, err := hc.Execute(ctx, "nope", []byte(`{}`)); return err }, ledger.ErrUnknownContract, codes.NotFound},
+		{"fail", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":"c2","max":0}`)); return err }, ledger.ErrContractFailed, codes.FailedPrecondition},
+		{"syntax error", func() error { return hc.RegisterContract(ctx, "broken", []byte("def invoke(:")) }, ledger.ErrBadContract, codes.InvalidArgument},
+		{"missing asset", func() error { _, err := hc.Proof(ctx, "c1", 99); return err }, ledger.ErrNotFound, codes.NotFound},
+	}
+	for _, c := range cases {
+		err := c.call()
+		var ce *client.Error
+		if !errors.Is(err, c.want) || !errors.As(err, &ce) || ce.Code != c.code {
+			t.Errorf("%s: got %v (%T), want %v with code %v", c.name, err, err, c.want, c.code)
+		}
+	}
+	var ce *client.Error
+	if err := noToken.RegisterSecret(ctx); !errors.As(err, &ce) || ce.Code != codes.PermissionDenied {
+		t.Errorf("registration with a wrong token: %v", err)
+	}
+
+	// Reflection lists the service, as grpcurl would.
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		found = found || s.Name == "kiroku.v1.Ledger"
+	}
+	if !found {
+		t.Fatalf("reflection does not list kiroku.v1.Ledger: %v", resp)
+	}
+}
+
+func TestRegistrationDisabledWithoutToken(t *testing.T) {
+	srv := startServer(t, server.Options{})
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: bytes.Repeat([]byte{1}, 32), AdminToken: token})
+	err := c.RegisterSecret(context.Background())
+	var ce *client.Error
+	if !errors.Is(err, ledger.ErrRegistrationDisabled) || !errors.As(err, &ce) || ce.Code != codes.PermissionDenied {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestLostReplyIsRecovered drops the first reply of every execute after the
+// server committed it: the client retries with the same nonce, finds it
+// used, and returns the committed result and proofs from the ledger's
+// record — the contract ran once.
+func TestLostReplyIsRecovered(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	secret := bytes.Repeat([]byte{9}, 32)
+	var dropped atomic.Int32
+	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if method == api.Ledger_ExecuteContract_FullMethodName && dropped.Add(1)%2 == 1 {
+			return status.Error(codes.Unavailable, "reply lost (test)")
+		}
+		return err
+	}
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: secret, AdminToken: token,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(drop)}})
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterContract(ctx, "counter", []byte(counter)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		res, err := c.Execute(ctx, "counter", []byte(`{"id":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Result) != fmt.Sprint(i) || len(res.Proofs) != 1 || res.Proofs[0].Age != int64(i-1) || srv.Ledger.VerifyProof(&res.Proofs[0]) != nil {
+			t.Fatalf("recovered result %s %+v", res.Result, res.Proofs)
+		}
+	}
+	if latest, _ := srv.Ledger.Latest(ctx, "x"); latest != 2 {
+		t.Fatalf("asset x at age %d after 3 executes with lost replies; want 2", latest)
+	}
+	// A lost reply of an aborted request recovers its error.
+	_, err := c.Execute(ctx, "counter", []byte(`{"id":"x","max":1}`))
+	if !errors.Is(err, ledger.ErrContractFailed) {
+		t.Fatalf("recovered abort: %v", err)
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	keyPEM, certPEM, _ := auth.GenerateIdentity("bob", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	os.WriteFile(filepath.Join(dir, "key.pem"), keyPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "c.json"), []byte(`{"server":"127.0.0.1:1","entity":"bob","key_version":2,
+		"private_key_file":"key.pem","certificate_file":"cert.pem","admin_token_file":"token"}`), 0o600)
+	cfg, err := client.LoadConfig(filepath.Join(dir, "c.json"))
+	if err != nil || cfg.Entity != "bob" || cfg.KeyVersion != 2 || !bytes.Equal(cfg.PrivateKeyPEM, keyPEM) || cfg.AdminToken != token {
+		t.Fatalf("config %+v %v", cfg, err)
+	}
+	os.WriteFile(filepath.Join(dir, "bad.json"), []byte(`{"entity":"bob","secret":"x"}`), 0o600)
+	if _, err := client.LoadConfig(filepath.Join(dir, "bad.json")); err == nil {
+		t.Fatal("an unknown field must be an error")
+	}
+	t.Setenv("KIROKU_ENTITY", "env")
+	t.Setenv("KIROKU_SECRET", "zz")
+	if _, err := client.ConfigFromEnv(); err == nil {
+		t.Fatal("a secret that is not hex must be an error")
+	}
+}
