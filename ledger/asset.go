@@ -12,9 +12,11 @@ import (
 type Version struct {
 	ID  string
 	Age int64 // 0 for the first version
-	// Input is the transaction's read set: asset id → the age it read, or
-	// -1 where it found no asset. Writing an asset reads its latest age, so
-	// the written ids are in it too.
+	// Input is the transaction's read set: asset id → the latest age its
+	// contracts observed through get or scan, or -1 where get found no
+	// asset. Writes are not inputs: a version's place in its chain already
+	// says what it follows. A get of an asset the transaction wrote before
+	// returns that write and is not an input either.
 	Input    map[string]int64
 	Output   []byte // the value, canonical JSON
 	Contract string // the request's (top-level) contract id

@@ -118,7 +118,6 @@ func (s *txStore) head(id string) (head, error) {
 		h = head{age: row["age"].AsBigInt(), hash: row["hash"].AsBlob()}
 	}
 	s.heads[id] = h
-	s.input[id] = h.age
 	return h, nil
 }
 
@@ -130,6 +129,7 @@ func (s *txStore) get(id string) (*AssetValue, error) {
 	if w, ok := s.writes[id]; ok {
 		return &AssetValue{Age: h.age + 1, Value: w}, nil
 	}
+	s.input[id] = h.age
 	if h.age < 0 {
 		return nil, nil
 	}
@@ -159,6 +159,7 @@ func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.input[id] = h.age
 	return s.l.scanVersions(s.ctx, s.tx, id, h.age, r)
 }
 

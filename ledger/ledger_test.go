@@ -358,6 +358,7 @@ def invoke(ledger, args):
     n = 0 if prev == None else prev["value"]["n"]
     hist = ledger.scan("d", start_age=0, end_age=-1, ascending=False, limit=2)
     ledger.put("d", {"n": n + 1, "acc": acc, "set": list(s), "f": 1.0 / 3, "hist": [h["age"] for h in hist], "nested": ledger.call("helper", {"x": n})})
+    ledger.put("e", {"d_age": ledger.get("d")["age"]})
     return {"dict_order": list(acc.keys())}
 `
 	const helper = "def invoke(ledger, args):\n    return {'y': args['x'] * 2, 'z': [1.5, 'é', None, True]}\n"
@@ -378,8 +379,10 @@ def invoke(ledger, args):
 			t.Fatal(err)
 		}
 		runs[i] = h
-		if val, err := f.l.ValidateLedger(context.Background(), "d", 0, -1); err != nil || val.Fault != nil {
-			t.Fatalf("validate: %+v %v", val, err)
+		for _, id := range []string{"d", "e"} {
+			if val, err := f.l.ValidateLedger(context.Background(), id, 0, -1); err != nil || val.Fault != nil || val.Checked != 4 {
+				t.Fatalf("validate %s: %+v %v", id, val, err)
+			}
 		}
 	}
 	for j := range runs[0] {

@@ -135,7 +135,7 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, 
 	if st.Status != TxCommitted || st.Writes[v.ID] != v.Age {
 		return CheckNonce, fmt.Sprintf("transaction %s is recorded as %s, writing %v", v.Nonce, st.Status, st.Writes), nil
 	}
-	out, detail, err := l.reexecute(ctx, v)
+	out, detail, err := l.reexecute(ctx, v, st.Writes)
 	if err != nil {
 		return "", "", err
 	}
@@ -150,8 +150,8 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, 
 
 // reexecute runs v's request again on the versions its input names and
 // returns the value it writes to v.ID, or why the replay diverged.
-func (l *Ledger) reexecute(ctx context.Context, v *Version) (out []byte, divergence string, err error) {
-	s := &replayStore{ctx: ctx, l: l, input: v.Input, writes: map[string][]byte{}}
+func (l *Ledger) reexecute(ctx context.Context, v *Version, written map[string]int64) (out []byte, divergence string, err error) {
+	s := &replayStore{ctx: ctx, l: l, input: v.Input, written: written, writes: map[string][]byte{}}
 	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
 	_, rerr := runContract(l.lim, load, s, v.Contract, v.Argument)
 	if s.err != nil {
@@ -165,6 +165,11 @@ func (l *Ledger) reexecute(ctx context.Context, v *Version) (out []byte, diverge
 	case s.stray != "":
 		return nil, fmt.Sprintf("re-execution reads asset %s, which is not in the version's input", s.stray), nil
 	}
+	for id := range s.writes {
+		if _, ok := written[id]; !ok {
+			return nil, fmt.Sprintf("re-execution writes asset %s, which the transaction did not", id), nil
+		}
+	}
 	w, ok := s.writes[v.ID]
 	if !ok {
 		return nil, fmt.Sprintf("re-execution does not write asset %s", v.ID), nil
@@ -175,12 +180,13 @@ func (l *Ledger) reexecute(ctx context.Context, v *Version) (out []byte, diverge
 // replayStore serves a re-execution from the versions a proof's input set
 // names. Reading anything else is a divergence.
 type replayStore struct {
-	ctx    context.Context
-	l      *Ledger
-	input  map[string]int64
-	writes map[string][]byte
-	stray  string
-	err    error // a storage failure; it is not the contract's fault
+	ctx     context.Context
+	l       *Ledger
+	input   map[string]int64
+	written map[string]int64 // the ages the transaction wrote (its tx state)
+	writes  map[string][]byte
+	stray   string
+	err     error // a storage failure; it is not the contract's fault
 }
 
 func (s *replayStore) age(id string) (int64, bool) {
@@ -192,10 +198,15 @@ func (s *replayStore) age(id string) (int64, bool) {
 }
 
 func (s *replayStore) get(id string) (*AssetValue, error) {
-	a, ok := s.age(id)
 	if w, written := s.writes[id]; written {
-		return &AssetValue{Age: a + 1, Value: w}, nil
+		// The transaction's own write: its age is the one it committed.
+		a, ok := s.written[id]
+		if !ok && s.stray == "" {
+			s.stray = id
+		}
+		return &AssetValue{Age: a, Value: w}, nil
 	}
+	a, ok := s.age(id)
 	if !ok || a < 0 {
 		return nil, nil
 	}
@@ -211,7 +222,6 @@ func (s *replayStore) get(id string) (*AssetValue, error) {
 }
 
 func (s *replayStore) put(id string, value []byte) error {
-	s.age(id)
 	s.writes[id] = value
 	return nil
 }
