@@ -60,15 +60,11 @@ loading the checkpoint and replaying the run's log.`,
 				return fmt.Errorf("--runs must be at least 1")
 			}
 			if profile != "" {
-				f, err := os.Create(profile)
+				stopProfile, err := startCPUProfile(profile)
 				if err != nil {
 					return err
 				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+				defer stopProfile()
 			}
 			configs := []bench.EngineConfig{cfg}
 			if baseline && cfg.Log == "wal" {
@@ -146,4 +142,18 @@ loading the checkpoint and replaying the run's log.`,
 	f.BoolVar(&cfg.Recovery, "recovery", false, "checkpoint after the load, then time recovery (checkpoint plus the run's log) after the run")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	return cmd
+}
+
+// startCPUProfile profiles the process into path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
 }

@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+)
+
+// LedgerConfig configures the ledger benchmark (seed 000's YCSB runs).
+type LedgerConfig struct {
+	Workload  string        // "ycsb-c" (read 2 assets) or "ycsb-f" (read one, write it back)
+	Records   int           // assets y0 … y(Records−1)
+	Payload   int           // bytes of payload per asset value
+	Threads   []int         // client goroutines, one measurement per entry
+	Warmup    time.Duration // per thread count, not measured
+	Duration  time.Duration // measured, per thread count
+	LoadBatch int           // assets per bulk-load transaction; 0 = 200
+	Loaders   int           // concurrent bulk-load requests; 0 = 4
+	Seed      uint64
+}
+
+func (c *LedgerConfig) validate() error {
+	if c.Workload != "ycsb-c" && c.Workload != "ycsb-f" {
+		return fmt.Errorf("bench: unknown ledger workload %q (ycsb-c or ycsb-f)", c.Workload)
+	}
+	if c.LoadBatch == 0 {
+		c.LoadBatch = 200
+	}
+	if c.Loaders == 0 {
+		c.Loaders = 4
+	}
+	if c.Records < 2 || c.Payload < 0 || len(c.Threads) == 0 || c.Duration <= 0 || c.Warmup < 0 || c.LoadBatch < 1 || c.Loaders < 1 {
+		return errors.New("bench: ledger needs ≥ 2 records, thread counts, a positive duration")
+	}
+	for _, t := range c.Threads {
+		if t < 1 {
+			return fmt.Errorf("bench: thread count %d", t)
+		}
+	}
+	return nil
+}
+
+// LedgerPoint is one thread count's figures.
+type LedgerPoint struct {
+	Threads int     `json:"threads"`
+	Txs     int64   `json:"committed"`
+	Errors  int64   `json:"errors"`
+	TPS     float64 `json:"tx_per_s"`
+	Latency Latency `json:"latency"`
+	// FloorRPS is the baseline: GetTxState calls/s through the same server
+	// and client with the same threads — one authenticated-free round trip
+	// with one storage read, the most this path can carry.
+	FloorRPS float64 `json:"floor_rpc_per_s"`
+}
+
+// LedgerLoad is how the database was loaded.
+type LedgerLoad struct {
+	Records int     `json:"records"`
+	Seconds float64 `json:"seconds"`
+	Skipped bool    `json:"skipped"` // already loaded
+}
+
+func assetID(i int) string { return fmt.Sprintf("y%d", i) }
+
+// LoadLedger creates assets y0 … y(records−1) with the built-in bulk
+// loader, unless the last one exists already. progress, if not nil, gets a
+// progress bar.
+func LoadLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progress io.Writer) (LedgerLoad, error) {
+	if err := cfg.validate(); err != nil {
+		return LedgerLoad{}, err
+	}
+	if h, err := c.History(ctx, assetID(cfg.Records-1), ledger.ScanRange{End: -1, Limit: 1}); err == nil && len(h) > 0 {
+		return LedgerLoad{Records: cfg.Records, Skipped: true}, nil
+	}
+	start := time.Now()
+	payload := randomPayload(mrand.New(mrand.NewPCG(cfg.Seed, 1)), cfg.Payload)
+	var next, done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() { // progress bar
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				drawBar(progress, int(done.Load()), cfg.Records, time.Since(start))
+				if progress != nil {
+					fmt.Fprintln(progress)
+				}
+				return
+			case <-t.C:
+				drawBar(progress, int(done.Load()), cfg.Records, time.Since(start))
+			}
+		}
+	}()
+	for range cfg.Loaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				first := next.Add(int64(cfg.LoadBatch)) - int64(cfg.LoadBatch)
+				if first >= int64(cfg.Records) {
+					return
+				}
+				n := min(int64(cfg.LoadBatch), int64(cfg.Records)-first)
+				arg := fmt.Sprintf(`{"prefix":"y","first":%d,"count":%d,"payload":%q}`, first, n, payload)
+				if _, err := c.Execute(ctx, "builtin.bulk_load", []byte(arg)); err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("bench: bulk load at %d: %w", first, err) })
+					next.Store(int64(cfg.Records))
+					return
+				}
+				done.Add(n)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	return LedgerLoad{Records: cfg.Records, Seconds: time.Since(start).Seconds()}, firstErr
+}
+
+func drawBar(w io.Writer, done, total int, el time.Duration) {
+	if w == nil {
+		return
+	}
+	const width = 40
+	filled := done * width / total
+	bar := make([]byte, width)
+	for i := range bar {
+		bar[i] = '.'
+		if i < filled {
+			bar[i] = '#'
+		}
+	}
+	rate := float64(done) / el.Seconds()
+	fmt.Fprintf(w, "\rloading [%s] %3d%% %d/%d assets, %.0f/s, %s", bar, done*100/total, done, total, rate, el.Round(time.Second))
+}
+
+func randomPayload(r *mrand.Rand, n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[r.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// RunLedger measures cfg.Workload at each thread count, each preceded by
+// its warmup and followed by the floor baseline for the same threads.
+func RunLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progress func(LedgerPoint)) ([]LedgerPoint, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var out []LedgerPoint
+	for i, threads := range cfg.Threads {
+		if cfg.Warmup > 0 {
+			if _, err := runLedgerLoop(ctx, c, cfg, threads, cfg.Warmup, uint64(i)*1000+1, false); err != nil {
+				return out, err
+			}
+		}
+		p, err := runLedgerLoop(ctx, c, cfg, threads, cfg.Duration, uint64(i)*1000+2, false)
+		if err != nil {
+			return out, err
+		}
+		floor, err := runLedgerLoop(ctx, c, cfg, threads, min(cfg.Duration, 3*time.Second), uint64(i)*1000+3, true)
+		if err != nil {
+			return out, err
+		}
+		p.FloorRPS = floor.TPS
+		out = append(out, p)
+		if progress != nil {
+			progress(p)
+		}
+	}
+	return out, nil
+}
+
+// runLedgerLoop runs threads closed-loop clients for d. With floor, each
+// call is a GetTxState instead of an execute.
+func runLedgerLoop(ctx context.Context, c *client.Client, cfg LedgerConfig, threads int, d time.Duration, seed uint64, floor bool) (LedgerPoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	hist := newHist()
+	var mu sync.Mutex
+	var txs, errs atomic.Int64
+	var fatal error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for t := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := mrand.New(mrand.NewPCG(cfg.Seed+seed, uint64(t)))
+			h := newHist()
+			defer func() { mu.Lock(); hist.Merge(h); mu.Unlock() }()
+			for ctx.Err() == nil {
+				var err error
+				began := time.Now()
+				switch {
+				case floor:
+					_, err = c.TxState(ctx, fmt.Sprintf("floor-%d", r.IntN(cfg.Records)))
+				case cfg.Workload == "ycsb-c":
+					arg := fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records)), assetID(r.IntN(cfg.Records)))
+					_, err = c.Execute(ctx, "builtin.ycsb_c", []byte(arg))
+				default:
+					arg := fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records)), randomPayload(r, cfg.Payload))
+					_, err = c.Execute(ctx, "builtin.ycsb_f", []byte(arg))
+				}
+				if ctx.Err() != nil {
+					return // the run ended mid-call; not counted
+				}
+				if err != nil {
+					if errs.Add(1) == 1 && txs.Load() == 0 {
+						mu.Lock()
+						fatal = err
+						mu.Unlock()
+					}
+					continue
+				}
+				_ = h.RecordValue(time.Since(began).Microseconds())
+				txs.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if txs.Load() == 0 && fatal != nil {
+		return LedgerPoint{}, fmt.Errorf("bench: every call failed: %w", fatal)
+	}
+	return LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
+		Latency: latencyOf(hist)}, nil
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/bench"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+func benchLedgerCmd() *cobra.Command {
+	var (
+		cfg                    bench.LedgerConfig
+		threads, authName      string
+		serverAddr, configFile string
+		backend, dsn, dataDir  string
+		asJSON                 bool
+		profile                string
+	)
+	cmd := &cobra.Command{
+		Use:   "ledger",
+		Short: "Seed 000's YCSB-C / YCSB-F on the ledger, through gRPC, proofs on",
+		Long: `Loads --records assets (the built-in bulk loader, with a progress bar) and runs the workload
+closed-loop at each --threads count: YCSB-C executes builtin.ycsb_c (reads 2 uniformly chosen
+assets), YCSB-F builtin.ycsb_f (reads one and writes it back with a new --payload-byte payload).
+Requests are signed and proofs made with --auth (hmac: HMAC-SHA256 both ways; ecdsa: ECDSA P-256
+both ways). Without --server, a server is started in this process on loopback over
+--backend (engine in --data-dir or a temporary directory, or postgres at --postgres-dsn).
+The baseline, per thread count and in the same run, is the floor of the path: GetTxState
+round trips/s through the same client and server (no signature, one storage read).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			for _, s := range strings.Split(threads, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n < 1 {
+					return fmt.Errorf("--threads: %q is not a positive count", s)
+				}
+				cfg.Threads = append(cfg.Threads, n)
+			}
+			scheme, err := auth.ParseScheme(authName)
+			if err != nil {
+				return fmt.Errorf("--auth: %w", err)
+			}
+			c, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			errw := cmd.ErrOrStderr()
+			load, err := bench.LoadLedger(ctx, c, cfg, errw)
+			if err != nil {
+				return err
+			}
+			if load.Skipped {
+				fmt.Fprintf(errw, "%d assets already loaded\n", cfg.Records)
+			} else {
+				fmt.Fprintf(errw, "loaded %d assets in %.1fs (%.0f assets/s)\n", load.Records, load.Seconds, float64(load.Records)/load.Seconds)
+			}
+			if profile != "" {
+				stopProfile, err := startCPUProfile(profile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
+			points, err := bench.RunLedger(ctx, c, cfg, func(p bench.LedgerPoint) {
+				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, floor %.0f rpc/s\n",
+					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.FloorRPS)
+			})
+			if err != nil {
+				return err
+			}
+			be := backend
+			if serverAddr != "" {
+				be = "server " + serverAddr
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"workload": cfg.Workload, "auth": authName, "backend": be,
+					"payload": cfg.Payload, "load": load, "points": points})
+			}
+			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, %d assets × %d-byte payload, %s per point\n",
+				cfg.Workload, authName, be, cfg.Records, cfg.Payload, cfg.Duration)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tfloor rpc/s (baseline)\t")
+			for _, p := range points {
+				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t\n", p.Threads, p.TPS,
+					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, p.FloorRPS)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Workload, "workload", "ycsb-f", "ycsb-c or ycsb-f")
+	f.IntVar(&cfg.Records, "records", 1_000_000, "assets to load")
+	f.IntVar(&cfg.Payload, "payload", 100, "payload bytes per asset")
+	f.StringVar(&threads, "threads", "1,4,16,32,64", "comma-separated client thread counts")
+	f.StringVar(&authName, "auth", "hmac", "hmac or ecdsa, for requests and proofs")
+	f.DurationVar(&cfg.Warmup, "warmup", 10*time.Second, "unmeasured run before each thread count")
+	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "measured run per thread count")
+	f.IntVar(&cfg.LoadBatch, "load-batch", 200, "assets per bulk-load transaction")
+	f.IntVar(&cfg.Loaders, "loaders", 4, "concurrent bulk-load requests")
+	f.StringVar(&serverAddr, "server", "", "benchmark a running server (identity and admin token from --config)")
+	f.StringVar(&configFile, "config", "", "client config for --server")
+	f.StringVar(&backend, "backend", "engine", "without --server: engine or postgres")
+	f.StringVar(&dsn, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres")
+	f.StringVar(&dataDir, "data-dir", "", "without --server: the server's data directory (default: temporary)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	return cmd
+}
+
+// benchLedgerClient returns a client with a registered identity of the
+// given scheme, on an in-process server or on --server.
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string) (*client.Client, func(), error) {
+	cleanup := func() {}
+	var cfg client.Config
+	if addr != "" {
+		if configFile == "" {
+			return nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
+		}
+		var err error
+		if cfg, err = client.LoadConfig(configFile); err != nil {
+			return nil, nil, err
+		}
+		cfg.Server = addr
+	} else {
+		if dataDir == "" {
+			tmp, err := os.MkdirTemp("", "kiroku-bench-ledger-*")
+			if err != nil {
+				return nil, nil, err
+			}
+			dataDir = tmp
+			cleanup = func() { os.RemoveAll(tmp) }
+		}
+		tok := make([]byte, 16)
+		rand.Read(tok)
+		srv, err := server.Start(ctx, server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", Backend: backend,
+			PostgresDSN: dsn, AdminToken: hex.EncodeToString(tok), ProofScheme: scheme,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		rm := cleanup
+		cleanup = func() { srv.Stop(5 * time.Second); rm() }
+		cfg = client.Config{Server: srv.Addr(), AdminToken: hex.EncodeToString(tok)}
+		suffix := make([]byte, 4)
+		rand.Read(suffix)
+		cfg.Entity = "bench-" + hex.EncodeToString(suffix)
+		if scheme == auth.SchemeHMAC {
+			cfg.Secret = make([]byte, 32)
+			rand.Read(cfg.Secret)
+		} else {
+			cfg.PrivateKeyPEM, cfg.CertificatePEM, err = auth.GenerateIdentity(cfg.Entity, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
+			if err != nil {
+				cleanup()
+				return nil, nil, err
+			}
+		}
+	}
+	c, err := client.Dial(cfg)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if cfg.AdminToken != "" {
+		if scheme == auth.SchemeHMAC {
+			err = c.RegisterSecret(ctx)
+		} else {
+			err = c.RegisterCertificate(ctx)
+		}
+		if err != nil && !errors.Is(err, ledger.ErrIdentityExists) {
+			c.Close()
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	rm := cleanup
+	return c, func() { c.Close(); rm() }, nil
+}
