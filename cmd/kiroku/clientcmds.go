@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -59,17 +60,23 @@ func clientCmd(use, short string, args cobra.PositionalArgs, setup func(*cobra.C
 			}
 			defer c.Close()
 			v, err := f(cmd.Context(), c, a)
-			if err != nil {
+			var failed *validationFailed
+			if err != nil && !errors.As(err, &failed) {
 				return err
 			}
+			// A validation that found a fault prints its report and then
+			// fails, so the exit status is non-zero.
 			w := cmd.OutOrStdout()
 			if cf.asJSON {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
-				return enc.Encode(v)
+				if jerr := enc.Encode(v); jerr != nil {
+					return jerr
+				}
+			} else if failed == nil {
+				human(w, v)
 			}
-			human(w, v)
-			return nil
+			return err
 		}}
 	cf.add(cmd)
 	if setup != nil {
