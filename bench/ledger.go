@@ -86,8 +86,9 @@ func LoadLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progres
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	stop, barDone := make(chan struct{}), make(chan struct{})
 	go func() { // progress bar
+		defer close(barDone)
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -125,6 +126,7 @@ func LoadLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progres
 	}
 	wg.Wait()
 	close(stop)
+	<-barDone
 	return LedgerLoad{Records: cfg.Records, Seconds: time.Since(start).Seconds()}, firstErr
 }
 

@@ -24,14 +24,99 @@ const maxSafeInt = 1<<53 - 1
 const maxJSONDepth = 64
 
 // Canonical checks that b is one well-formed JSON text within the ledger's
-// rules (no duplicate object keys, integers within ±(2^53−1), nesting at
-// most 64) and returns its RFC 8785 canonical form. Errors wrap what.
+// rules and returns its RFC 8785 canonical form. The rules, checked on the
+// canonical form: no duplicate object keys, integers (numbers written with
+// digits only) within ±(2^53−1), nesting at most 64. Errors wrap what.
 func Canonical(b []byte, what error) ([]byte, error) {
-	v, err := decodeJSON(b)
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: not a JSON text", what)
+	}
+	out, err := jcs.Transform(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", what, err)
 	}
-	return canonicalOf(v, what)
+	if err := checkCanonical(out); err != nil {
+		return nil, fmt.Errorf("%w: %v", what, err)
+	}
+	return out, nil
+}
+
+// checkCanonical walks canonical JSON (no whitespace, members sorted, so
+// duplicate keys are adjacent and equal keys have equal bytes) and applies
+// the ledger's rules.
+func checkCanonical(c []byte) error {
+	type level struct {
+		object    bool
+		expectKey bool
+		prevKey   []byte
+	}
+	var stack []level
+	for i := 0; i < len(c); {
+		ch := c[i]
+		switch ch {
+		case '{', '[':
+			if len(stack) > maxJSONDepth {
+				return fmt.Errorf("nested deeper than %d", maxJSONDepth)
+			}
+			stack = append(stack, level{object: ch == '{', expectKey: ch == '{'})
+			i++
+			continue
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+			i++
+			continue
+		case ',':
+			if top := &stack[len(stack)-1]; top.object {
+				top.expectKey = true
+			}
+			i++
+			continue
+		case ':':
+			i++
+			continue
+		}
+		if len(stack) > maxJSONDepth {
+			return fmt.Errorf("nested deeper than %d", maxJSONDepth)
+		}
+		switch {
+		case ch == '"':
+			j := i + 1
+			for c[j] != '"' {
+				if c[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expectKey {
+				top := &stack[n-1]
+				key := c[i : j+1]
+				if top.prevKey != nil && bytes.Equal(top.prevKey, key) {
+					return fmt.Errorf("duplicate object key %s", key)
+				}
+				top.prevKey, top.expectKey = key, false
+			}
+			i = j + 1
+		case ch == '-' || (ch >= '0' && ch <= '9'):
+			j, integral := i, true
+			for j < len(c) && strings.IndexByte("0123456789-+.eE", c[j]) >= 0 {
+				if c[j] == '.' || c[j] == 'e' || c[j] == 'E' {
+					integral = false
+				}
+				j++
+			}
+			if integral {
+				if _, err := numberValue(json.Number(c[i:j])); err != nil {
+					return err
+				}
+			}
+			i = j
+		default: // true, false, null
+			for i < len(c) && c[i] >= 'a' && c[i] <= 'z' {
+				i++
+			}
+		}
+	}
+	return nil
 }
 
 // canonicalOf encodes a decoded value (the types decodeJSON produces) in

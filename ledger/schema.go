@@ -13,7 +13,10 @@ import (
 //
 //	assets      (id | age ASC) → input, output, contract, argument, nonce,
 //	            entity, key_version, signature, prev_hash, hash, proof_sig
-//	heads       (id) → age, hash: the latest version of each asset
+//	heads       (id) → age, hash, output: the latest version of each asset,
+//	            so that a contract's get is one read (validation reads the
+//	            versions themselves, so a head edited behind the ledger's
+//	            back shows up as a re-execution that diverges)
 //	contracts   (bucket | id ASC) → source, entity, key_version, signature;
 //	            one partition, so the registry can be listed with a scan
 //	identities  (entity | key_version ASC) → scheme, material (a PEM
@@ -47,7 +50,7 @@ func ledgerTables(ns string) []*storage.Table {
 				text("entity"), bigint("key_version"), blob("signature"), blob("prev_hash"), blob("hash"), blob("proof_sig")}},
 		{Namespace: ns, Name: tHeads,
 			PartitionKey: []storage.Column{text("id")},
-			Columns:      []storage.Column{bigint("age"), blob("hash")}},
+			Columns:      []storage.Column{bigint("age"), blob("hash"), text("output")}},
 		{Namespace: ns, Name: tContracts,
 			PartitionKey:  []storage.Column{text("bucket")},
 			ClusteringKey: []storage.ClusteringColumn{{Name: "id", Type: storage.TypeText, Order: storage.Asc}},
