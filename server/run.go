@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -158,7 +159,11 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
-	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(m.interceptor(o.Logger)))
+	// Stream workers reuse goroutines whose stacks have already grown to
+	// the depth of an execute; a fresh goroutine per call spent ~8% of the
+	// CPU copying stacks under load.
+	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(m.interceptor(o.Logger)),
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
 	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key})
 	reflection.Register(r.grpc)
 	if r.lis, err = net.Listen("tcp", o.Listen); err != nil {
