@@ -1,0 +1,50 @@
+// Package ledger is kiroku's ledger (seed 000): deterministic contracts run
+// as one-shot, strictly serializable transactions on the storage API; every
+// asset is an append-only chain of hash-linked versions; every write comes
+// back with a proof the ledger signs, so that a second organisation can
+// check later what the ledger did.
+//
+// # One execution
+//
+// Execute checks the request ⟨nonce, contract id, argument, entity + key
+// version, signature⟩ (field rules, then the signature against the
+// registered HMAC secret or ECDSA certificate), then runs the contract
+// inside storage.UpdateWith: the transaction reads the nonce's state (a
+// nonce is accepted once), runs the contract — get, put, scan and nested
+// call through a Context — and, if it succeeds, appends one version per
+// written asset (age = head + 1, prev_hash = the head's hash, hash over the
+// encoding of FORMAT.md), updates the heads, and records the nonce as
+// committed with the result and the ages written. A conflict re-runs the
+// whole thing; the contract is deterministic, so that is safe. A signed
+// request that fails records the nonce as aborted with its error kind and
+// reason and writes no asset; a request that fails authentication writes
+// nothing at all.
+//
+// # Determinism
+//
+// Contracts cannot reach the clock, randomness or any I/O: Starlark has no
+// such built-ins and the ledger adds none, load() is not provided and
+// print() is discarded; dict and set iteration follow insertion order, and
+// values cross between JSON and Starlark in one canonical form (RFC 8785,
+// object members in sorted order). A contract's only inputs are its
+// argument and what it reads, and the versions it read are recorded in
+// every proof's input set. Re-executing a contract on the same argument and
+// the same input versions therefore gives byte-identical outputs;
+// TestDeterministicReexecution checks it on two independent ledgers, and
+// ValidateLedger relies on it. Built-in Go contracts (Builtins) follow the
+// same rule by review.
+//
+// # Bounds
+//
+// Limits bounds the Starlark steps of a request (nested calls included),
+// the size of values, results, arguments and sources, the depth of nested
+// calls (a contract that calls itself is refused at once), scans and the
+// assets one transaction writes.
+//
+// # Storage
+//
+// Everything lives in the storage API (schema.go), so the ledger runs
+// unchanged on the embedded engine and on PostgreSQL: asset versions
+// (partition id, clustering age), heads, contracts, identities (secrets
+// sealed under the server key) and transaction states.
+package ledger
