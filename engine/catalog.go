@@ -9,8 +9,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/errors/oserror"
-	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -126,44 +126,7 @@ func (db *DB) saveCatalogLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(db.fs, db.cfg.Dir, catalogName, data)
-}
-
-// writeFileAtomic replaces dir/name with data: a crash leaves the old or
-// the new file, whole.
-func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
-	tmp := fs.PathJoin(dir, name+".tmp")
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fs.Rename(tmp, fs.PathJoin(dir, name)); err != nil {
-		return err
-	}
-	return syncDir(fs, dir)
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
+	return vfsutil.WriteFileAtomic(db.fs, db.cfg.Dir, catalogName, data, nil)
 }
 
 // loadCatalog reads catalog.json, if any.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 // A checkpoint is a file checkpoint-<start epoch> of framed chunks:
@@ -138,7 +140,7 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.fail(fmt.Errorf("checkpoint: %w", err))
 		return st, err
 	}
-	if err := syncDir(db.fs, db.cfg.Dir); err != nil {
+	if err := vfsutil.SyncDir(db.fs, db.cfg.Dir); err != nil {
 		db.fail(fmt.Errorf("checkpoint: %w", err))
 		return st, err
 	}

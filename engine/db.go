@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -182,7 +183,7 @@ func Open(cfg Config) (*DB, error) {
 	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if err := syncDir(db.fs, db.fs.PathDir(cfg.Dir)); err != nil {
+	if err := vfsutil.SyncDir(db.fs, db.fs.PathDir(cfg.Dir)); err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.Loggers; i++ {

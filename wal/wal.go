@@ -14,6 +14,8 @@ import (
 
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 const (
@@ -158,14 +160,8 @@ func Open(cfg Config) (*Log, error) {
 	}
 	// The directory's own entry must be durable, or a crash can lose the
 	// whole log however well its files were synced.
-	if parent, err := fs.OpenDir(fs.PathDir(cfg.Dir)); err != nil {
-		return nil, fmt.Errorf("wal: %w", err)
-	} else {
-		err = parent.Sync()
-		parent.Close()
-		if err != nil {
-			return nil, fmt.Errorf("wal: sync parent directory: %w", err)
-		}
+	if err := vfsutil.SyncDir(fs, fs.PathDir(cfg.Dir)); err != nil {
+		return nil, fmt.Errorf("wal: sync parent directory: %w", err)
 	}
 	lock, err := fs.Lock(fs.PathJoin(cfg.Dir, lockName))
 	if err != nil {
@@ -968,26 +964,7 @@ func (l *Log) writeTruncateMark(index uint64) error {
 	var b [truncMarkSize]byte
 	binary.LittleEndian.PutUint64(b[:8], index)
 	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
-	tmp := l.path(truncateName + tmpSuffix)
-	f, err := l.fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b[:]); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := l.fs.Rename(tmp, l.path(truncateName)); err != nil {
-		return err
-	}
-	return l.dir.Sync()
+	return vfsutil.WriteFileAtomic(l.fs, l.cfg.Dir, truncateName, b[:], l.dir)
 }
 
 func (l *Log) readTruncateMark() (uint64, bool, error) {

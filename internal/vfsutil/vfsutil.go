@@ -1,0 +1,49 @@
+// Package vfsutil holds the file-replacement steps the engine and the WAL
+// both need, on a pebble vfs.FS so that tests can crash and fail them.
+package vfsutil
+
+import "github.com/cockroachdb/pebble/v2/vfs"
+
+// WriteFileAtomic replaces dir/name with data: it writes dir/name.tmp,
+// fsyncs it, renames it over dir/name and fsyncs the directory, so a crash
+// leaves the old file or the new one, whole. dirHandle, if not nil, is an
+// open handle on dir to sync; otherwise dir is opened for it.
+func WriteFileAtomic(fs vfs.FS, dir, name string, data []byte, dirHandle vfs.File) error {
+	tmp := fs.PathJoin(dir, name+".tmp")
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fs.Rename(tmp, fs.PathJoin(dir, name)); err != nil {
+		return err
+	}
+	if dirHandle != nil {
+		return dirHandle.Sync()
+	}
+	return SyncDir(fs, dir)
+}
+
+// SyncDir fsyncs directory dir, making the creations, renames and removals
+// in it durable.
+func SyncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
