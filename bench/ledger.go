@@ -221,7 +221,7 @@ func runLedgerLoop(ctx context.Context, c *client.Client, cfg LedgerConfig, thre
 					return // the run ended mid-call; not counted
 				}
 				if err != nil {
-					if errs.Add(1) == 1 && txs.Load() == 0 {
+					if errs.Add(1) == 1 {
 						mu.Lock()
 						fatal = err
 						mu.Unlock()
@@ -236,7 +236,7 @@ func runLedgerLoop(ctx context.Context, c *client.Client, cfg LedgerConfig, thre
 	wg.Wait()
 	el := time.Since(start)
 	if txs.Load() == 0 && fatal != nil {
-		return LedgerPoint{}, fmt.Errorf("bench: every call failed: %w", fatal)
+		return LedgerPoint{}, fmt.Errorf("bench: every call failed; the first: %w", fatal)
 	}
 	return LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
 		Latency: latencyOf(hist)}, nil

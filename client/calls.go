@@ -29,7 +29,7 @@ func (c *Client) RegisterCertificate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
 		return c.api.RegisterCertificate(ctx, &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion,
 			CertificatePem: string(c.cfg.CertificatePEM)}, o...)
 	})
@@ -45,7 +45,7 @@ func (c *Client) RegisterSecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
 		return c.api.RegisterSecret(ctx, &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}, o...)
 	})
 	return err
@@ -61,7 +61,7 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
+	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
 		return c.api.RegisterContract(ctx, &api.RegisterContractRequest{ContractId: id, Source: source,
 			Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Signature: sig}, o...)
 	})
@@ -70,7 +70,7 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 
 // ListContracts lists the built-in and registered contracts.
 func (c *Client) ListContracts(ctx context.Context) ([]*api.ContractInfo, error) {
-	r, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ListContractsReply, error) {
+	r, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ListContractsReply, error) {
 		return c.api.ListContracts(ctx, &api.ListContractsRequest{}, o...)
 	})
 	if err != nil {
@@ -115,7 +115,7 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // replies are lost, and recovering the outcome from the ledger's recorded
 // state if a retry finds the nonce used.
 func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
-	reply, attempts, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
+	reply, attempts, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
 		return c.api.ExecuteContract(ctx, server.RequestToAPI(r), o...)
 	})
 	if err != nil {
@@ -172,7 +172,7 @@ type TxStateReply struct {
 
 // TxState returns the ledger's recorded state of nonce.
 func (c *Client) TxState(ctx context.Context, nonce string) (*TxStateReply, error) {
-	st, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
+	st, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
 		return c.api.GetTxState(ctx, &api.GetTxStateRequest{Nonce: nonce}, o...)
 	})
 	if err != nil {
@@ -183,7 +183,7 @@ func (c *Client) TxState(ctx context.Context, nonce string) (*TxStateReply, erro
 
 // History returns versions of asset id.
 func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]*ledger.Version, error) {
-	reply, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
+	reply, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
 		return c.api.GetAsset(ctx, &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(r.Limit)}, o...)
 	})
 	if err != nil {
@@ -202,7 +202,7 @@ func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]
 
 // Proof fetches the proof of version age of asset id.
 func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof, error) {
-	p, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.Proof, error) {
+	p, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.Proof, error) {
 		return c.api.GetProof(ctx, &api.GetProofRequest{Id: id, Age: age}, o...)
 	})
 	if err != nil {
@@ -213,7 +213,7 @@ func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof
 
 // ValidateLedger asks the ledger to validate versions [start, end] of id.
 func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64) (*api.ValidateLedgerReply, error) {
-	v, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
+	v, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
 		return c.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
 	})
 	return v, err
@@ -221,7 +221,7 @@ func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64
 
 // LedgerKey returns the ledger's proof key description.
 func (c *Client) LedgerKey(ctx context.Context) (*api.LedgerKey, error) {
-	k, _, err := call(ctx, c, true, func(ctx context.Context, o ...grpc.CallOption) (*api.LedgerKey, error) {
+	k, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.LedgerKey, error) {
 		return c.api.GetLedgerKey(ctx, &api.GetLedgerKeyRequest{}, o...)
 	})
 	return k, err

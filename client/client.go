@@ -221,8 +221,10 @@ func (c *Client) needSigner() error {
 
 // call runs one RPC with per-attempt timeouts, retrying while the reply is
 // lost (Unavailable, or an attempt that timed out while ctx has time left).
+// Every RPC of the API is safe to repeat: reads and registrations have no
+// effect twice, and an execute carries its nonce.
 // It converts errors back into the ledger's sentinels.
-func call[T any](ctx context.Context, c *Client, retry bool, f func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, int, error) {
+func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, int, error) {
 	var zero T
 	var err error
 	for attempt := 0; attempt < c.cfg.MaxAttempts; attempt++ {
@@ -244,7 +246,7 @@ func call[T any](ctx context.Context, c *Client, retry bool, f func(ctx context.
 		}
 		code := status.Code(err)
 		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
-		if !retry || !lost {
+		if !lost {
 			return zero, attempt, fromStatus(err, trailer)
 		}
 	}

@@ -48,8 +48,10 @@ func (l Limits) withDefaults() Limits {
 }
 
 // Contract is a deterministic one-shot program: given the ledger and a JSON
-// argument (canonical bytes) it reads and appends asset versions and returns
-// a JSON result. It must depend on nothing but its argument and what it
+// argument it reads and appends asset versions and returns a JSON result in
+// canonical form. The argument arrives as the client sent it; a contract
+// rejects one that is not valid JSON, or not the shape it needs, with
+// ErrBadArgument. It must depend on nothing but its argument and what it
 // reads through c — no clock, no randomness, no I/O — because a Validator
 // re-executes it later and must get byte-identical outputs. Starlark
 // contracts have no way to break that rule; built-in Go contracts are
@@ -58,11 +60,17 @@ type Contract interface {
 	Invoke(c *Context, args []byte) (result []byte, err error)
 }
 
-// ContractFunc adapts a function to Contract.
+// ContractFunc adapts a function returning any JSON to Contract.
 type ContractFunc func(c *Context, args []byte) ([]byte, error)
 
-// Invoke calls f.
-func (f ContractFunc) Invoke(c *Context, args []byte) ([]byte, error) { return f(c, args) }
+// Invoke calls f and returns its result in canonical form.
+func (f ContractFunc) Invoke(c *Context, args []byte) ([]byte, error) {
+	res, err := f(c, args)
+	if err != nil {
+		return nil, err
+	}
+	return Canonical(res, ErrBadValue)
+}
 
 // AssetValue is one version of an asset as a contract sees it.
 type AssetValue struct {
@@ -115,14 +123,19 @@ func (c *Context) Get(id string) (*AssetValue, error) {
 // canonical form). Several puts of one id in a transaction make one version,
 // the last value.
 func (c *Context) Put(id string, value []byte) error {
-	if err := checkAssetID(id); err != nil {
-		return err
-	}
 	if len(value) > 4*c.run.limits.MaxValueBytes {
 		return fmt.Errorf("%w: value of %s is %d bytes, limit %d", ErrTooLarge, id, len(value), c.run.limits.MaxValueBytes)
 	}
 	canon, err := Canonical(value, ErrBadValue)
 	if err != nil {
+		return err
+	}
+	return c.putCanonical(id, canon)
+}
+
+// putCanonical is Put for a value already in canonical form.
+func (c *Context) putCanonical(id string, canon []byte) error {
+	if err := checkAssetID(id); err != nil {
 		return err
 	}
 	if len(canon) > c.run.limits.MaxValueBytes {
@@ -164,26 +177,11 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	// Starlark contracts get the canonical argument as values; built-in
-	// Go contracts parse the JSON themselves, so for them it is only
-	// checked to be JSON (the hash covers the argument as signed anyway).
-	canonArgs := args
-	if _, builtin := contract.(ContractFunc); !builtin {
-		if canonArgs, err = Canonical(args, ErrBadArgument); err != nil {
-			return nil, err
-		}
-	} else if !json.Valid(args) {
-		return nil, fmt.Errorf("%w: not a JSON text", ErrBadArgument)
-	}
 	x.stack = append(x.stack, id)
-	res, err := contract.Invoke(&Context{store: store, run: x}, canonArgs)
+	out, err := contract.Invoke(&Context{store: store, run: x}, args)
 	x.stack = x.stack[:len(x.stack)-1]
 	if err != nil {
 		return nil, err
-	}
-	out, err := Canonical(res, ErrBadValue)
-	if err != nil {
-		return nil, fmt.Errorf("result of %s: %w", id, err)
 	}
 	if len(out) > x.limits.MaxValueBytes {
 		return nil, fmt.Errorf("%w: result of %s is %d bytes, limit %d", ErrTooLarge, id, len(out), x.limits.MaxValueBytes)

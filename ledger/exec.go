@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/kiroku-db/kiroku/storage"
@@ -289,11 +290,7 @@ func (l *Ledger) History(ctx context.Context, id string, r ScanRange) ([]*Versio
 	if r.Limit <= 0 || r.Limit > l.lim.MaxScanLimit {
 		r.Limit = l.lim.MaxScanLimit
 	}
-	latest, err := l.Latest(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := l.scanRows(ctx, l.b, id, latest, r)
+	rows, err := l.scanRows(ctx, l.b, id, math.MaxInt64, r)
 	if err != nil {
 		return nil, err
 	}

@@ -213,6 +213,7 @@ func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration
 // ContractInfo describes a registered contract.
 type ContractInfo struct {
 	ID         string
+	Builtin    bool   // compiled into the binary
 	Entity     string // who registered it; "" for built-ins
 	KeyVersion uint32
 	Source     []byte // nil for built-ins
@@ -224,7 +225,7 @@ type ContractInfo struct {
 func (l *Ledger) ListContracts(ctx context.Context) ([]ContractInfo, error) {
 	var out []ContractInfo
 	for _, id := range slices.Sorted(maps.Keys(Builtins)) {
-		out = append(out, ContractInfo{ID: id})
+		out = append(out, ContractInfo{ID: id, Builtin: true})
 	}
 	rows, err := l.b.Scan(ctx, &storage.Scan{Namespace: l.ns, Table: tContracts,
 		Partition: storage.Values{"bucket": storage.Text(contractBucket)}})

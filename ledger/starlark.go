@@ -240,7 +240,7 @@ func starPut(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwarg
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, contextOf(t).Put(id, enc)
+	return starlark.None, contextOf(t).putCanonical(id, enc)
 }
 
 func starScan(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -296,7 +297,7 @@ func (m *metrics) interceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 		m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
 		if err != nil {
 			level := slog.LevelDebug
-			if code.String() == "Internal" || code.String() == "Unknown" {
+			if code == codes.Internal || code == codes.Unknown {
 				level = slog.LevelError
 			}
 			log.Log(ctx, level, "rpc failed", "method", method, "code", code.String(), "err", err)

@@ -72,7 +72,7 @@ func (s *service) ListContracts(ctx context.Context, _ *api.ListContractsRequest
 	out := &api.ListContractsReply{}
 	for _, c := range cs {
 		out.Contracts = append(out.Contracts, &api.ContractInfo{ContractId: c.ID, Entity: c.Entity, KeyVersion: c.KeyVersion,
-			Source: c.Source, Builtin: c.Entity == ""})
+			Source: c.Source, Builtin: c.Builtin})
 	}
 	return out, nil
 }
@@ -198,8 +198,8 @@ func inputToAPI(m map[string]int64) []*api.InputEntry {
 	return out
 }
 
-// InputFromAPI converts a wire input set; a repeated id is an error.
-func InputFromAPI(in []*api.InputEntry) (map[string]int64, error) {
+// inputFromAPI converts a wire input set; a repeated id is an error.
+func inputFromAPI(in []*api.InputEntry) (map[string]int64, error) {
 	m := make(map[string]int64, len(in))
 	for _, e := range in {
 		if _, dup := m[e.Id]; dup {
@@ -218,7 +218,7 @@ func ProofToAPI(p *ledger.Proof) *api.Proof {
 
 // ProofFromAPI converts a wire proof.
 func ProofFromAPI(p *api.Proof) (*ledger.Proof, error) {
-	in, err := InputFromAPI(p.Input)
+	in, err := inputFromAPI(p.Input)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func VersionToAPI(v *ledger.Version) *api.AssetVersion {
 
 // VersionFromAPI converts a wire version.
 func VersionFromAPI(v *api.AssetVersion) (*ledger.Version, error) {
-	in, err := InputFromAPI(v.Input)
+	in, err := inputFromAPI(v.Input)
 	if err != nil {
 		return nil, err
 	}
