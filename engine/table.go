@@ -145,27 +145,24 @@ func (t *table) encodeClustering(vals storage.Values) string {
 
 // decodePartition decodes a stored partition key.
 func (t *table) decodePartition(pk string) ([]storage.Value, error) {
-	b := []byte(pk)
-	out := make([]storage.Value, len(t.schema.PartitionKey))
-	for i, c := range t.schema.PartitionKey {
-		v, rest, err := decodeKeyValue(b, c.Type, false)
-		if err != nil {
-			return nil, err
-		}
-		out[i], b = v, rest
-	}
-	if len(b) != 0 {
-		return nil, errKeyEncoding
-	}
-	return out, nil
+	cols := t.schema.PartitionKey
+	return decodeKey(pk, len(cols), func(i int) (storage.DataType, bool) { return cols[i].Type, false })
 }
 
 // decodeClustering decodes a stored clustering key.
 func (t *table) decodeClustering(ck string) ([]storage.Value, error) {
-	b := []byte(ck)
-	out := make([]storage.Value, len(t.schema.ClusteringKey))
-	for i, c := range t.schema.ClusteringKey {
-		v, rest, err := decodeKeyValue(b, c.Type, c.Order == storage.Desc)
+	cols := t.schema.ClusteringKey
+	return decodeKey(ck, len(cols), func(i int) (storage.DataType, bool) { return cols[i].Type, cols[i].Order == storage.Desc })
+}
+
+// decodeKey decodes n key columns whose type and direction col gives; the
+// key must hold exactly those.
+func decodeKey(key string, n int, col func(i int) (typ storage.DataType, desc bool)) ([]storage.Value, error) {
+	b := []byte(key)
+	out := make([]storage.Value, n)
+	for i := range out {
+		typ, desc := col(i)
+		v, rest, err := decodeKeyValue(b, typ, desc)
 		if err != nil {
 			return nil, err
 		}
