@@ -642,10 +642,15 @@ func (x *Proof) GetSignature() []byte {
 }
 
 type ExecuteReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nonce         string                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
-	Result        []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"` // canonical JSON
-	Proofs        []*Proof               `protobuf:"bytes,3,rep,name=proofs,proto3" json:"proofs,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Nonce  string                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Result []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"` // canonical JSON
+	Proofs []*Proof               `protobuf:"bytes,3,rep,name=proofs,proto3" json:"proofs,omitempty"`
+	// The receipt: the ledger's signature over nonce, contract, read set,
+	// write set (from the proofs) and result (ledger/FORMAT.md).
+	ContractId    string        `protobuf:"bytes,4,opt,name=contract_id,json=contractId,proto3" json:"contract_id,omitempty"`
+	Input         []*InputEntry `protobuf:"bytes,5,rep,name=input,proto3" json:"input,omitempty"`
+	Signature     []byte        `protobuf:"bytes,6,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +702,27 @@ func (x *ExecuteReply) GetResult() []byte {
 func (x *ExecuteReply) GetProofs() []*Proof {
 	if x != nil {
 		return x.Proofs
+	}
+	return nil
+}
+
+func (x *ExecuteReply) GetContractId() string {
+	if x != nil {
+		return x.ContractId
+	}
+	return ""
+}
+
+func (x *ExecuteReply) GetInput() []*InputEntry {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExecuteReply) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
 	}
 	return nil
 }
@@ -1064,8 +1090,10 @@ type TxState struct {
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	ContractId    string                 `protobuf:"bytes,4,opt,name=contract_id,json=contractId,proto3" json:"contract_id,omitempty"`
 	Result        []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
-	Writes        []*InputEntry          `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"` // asset id → age written
-	Kind          string                 `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`     // the error kind it aborted with
+	Writes        []*InputEntry          `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`       // asset id → age written
+	Kind          string                 `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`           // the error kind it aborted with
+	Input         []*InputEntry          `protobuf:"bytes,8,rep,name=input,proto3" json:"input,omitempty"`         // the read set, if committed
+	Signature     []byte                 `protobuf:"bytes,9,opt,name=signature,proto3" json:"signature,omitempty"` // the receipt's signature, if committed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1147,6 +1175,20 @@ func (x *TxState) GetKind() string {
 		return x.Kind
 	}
 	return ""
+}
+
+func (x *TxState) GetInput() []*InputEntry {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *TxState) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
 }
 
 type ValidateLedgerRequest struct {
@@ -1460,11 +1502,15 @@ const file_kiroku_proto_rawDesc = "" +
 	"\x05input\x18\x04 \x03(\v2\x15.kiroku.v1.InputEntryR\x05input\x12\x12\n" +
 	"\x04hash\x18\x05 \x01(\fR\x04hash\x12\x1b\n" +
 	"\tprev_hash\x18\x06 \x01(\fR\bprevHash\x12\x1c\n" +
-	"\tsignature\x18\a \x01(\fR\tsignature\"f\n" +
+	"\tsignature\x18\a \x01(\fR\tsignature\"\xd2\x01\n" +
 	"\fExecuteReply\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\x12\x16\n" +
 	"\x06result\x18\x02 \x01(\fR\x06result\x12(\n" +
-	"\x06proofs\x18\x03 \x03(\v2\x10.kiroku.v1.ProofR\x06proofs\"\x8d\x01\n" +
+	"\x06proofs\x18\x03 \x03(\v2\x10.kiroku.v1.ProofR\x06proofs\x12\x1f\n" +
+	"\vcontract_id\x18\x04 \x01(\tR\n" +
+	"contractId\x12+\n" +
+	"\x05input\x18\x05 \x03(\v2\x15.kiroku.v1.InputEntryR\x05input\x12\x1c\n" +
+	"\tsignature\x18\x06 \x01(\fR\tsignature\"\x8d\x01\n" +
 	"\x0fGetAssetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tstart_age\x18\x02 \x01(\x03R\bstartAge\x12\x17\n" +
@@ -1496,7 +1542,7 @@ const file_kiroku_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03age\x18\x02 \x01(\x03R\x03age\")\n" +
 	"\x11GetTxStateRequest\x12\x14\n" +
-	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xcb\x01\n" +
+	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\x96\x02\n" +
 	"\aTxState\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1505,7 +1551,9 @@ const file_kiroku_proto_rawDesc = "" +
 	"contractId\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\fR\x06result\x12-\n" +
 	"\x06writes\x18\x06 \x03(\v2\x15.kiroku.v1.InputEntryR\x06writes\x12\x12\n" +
-	"\x04kind\x18\a \x01(\tR\x04kind\"]\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\x12+\n" +
+	"\x05input\x18\b \x03(\v2\x15.kiroku.v1.InputEntryR\x05input\x12\x1c\n" +
+	"\tsignature\x18\t \x01(\fR\tsignature\"]\n" +
 	"\x15ValidateLedgerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tstart_age\x18\x02 \x01(\x03R\bstartAge\x12\x17\n" +
@@ -1578,34 +1626,36 @@ var file_kiroku_proto_depIdxs = []int32{
 	5,  // 0: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
 	8,  // 1: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
 	9,  // 2: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
-	8,  // 3: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
-	12, // 4: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
-	8,  // 5: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
-	0,  // 6: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
-	1,  // 7: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
-	2,  // 8: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
-	4,  // 9: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
-	7,  // 10: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
-	11, // 11: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
-	14, // 12: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
-	15, // 13: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
-	17, // 14: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
-	19, // 15: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
-	3,  // 16: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
-	3,  // 17: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
-	3,  // 18: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
-	6,  // 19: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
-	10, // 20: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
-	13, // 21: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
-	9,  // 22: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
-	16, // 23: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
-	18, // 24: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
-	20, // 25: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	8,  // 3: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
+	8,  // 4: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
+	12, // 5: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
+	8,  // 6: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
+	8,  // 7: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
+	0,  // 8: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
+	1,  // 9: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
+	2,  // 10: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
+	4,  // 11: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
+	7,  // 12: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
+	11, // 13: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
+	14, // 14: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
+	15, // 15: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
+	17, // 16: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
+	19, // 17: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
+	3,  // 18: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
+	3,  // 19: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
+	3,  // 20: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
+	6,  // 21: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
+	10, // 22: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
+	13, // 23: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
+	9,  // 24: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
+	16, // 25: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
+	18, // 26: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
+	20, // 27: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_kiroku_proto_init() }

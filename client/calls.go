@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -124,15 +126,7 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 		}
 		return nil, err
 	}
-	res := &ledger.Result{Nonce: reply.Nonce, Result: reply.Result}
-	for _, p := range reply.Proofs {
-		lp, err := server.ProofFromAPI(p)
-		if err != nil {
-			return nil, err
-		}
-		res.Proofs = append(res.Proofs, *lp)
-	}
-	return res, nil
+	return server.ResultFromAPI(reply)
 }
 
 // recover rebuilds the outcome of a request whose reply was lost.
@@ -143,9 +137,9 @@ func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, err
 	}
 	switch st.Status {
 	case ledger.TxCommitted:
-		res := &ledger.Result{Nonce: nonce, Result: st.Result}
-		for _, w := range st.Writes {
-			p, err := c.Proof(ctx, w.Id, w.Age)
+		res := &ledger.Result{Receipt: st.Receipt()}
+		for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
+			p, err := c.Proof(ctx, id, st.Writes[id])
 			if err != nil {
 				return nil, err
 			}
@@ -161,24 +155,15 @@ func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, err
 	return nil, fmt.Errorf("client: transaction %s: nonce used, but its state is %s", nonce, st.Status)
 }
 
-// TxStateReply is the recorded state of a transaction.
-type TxStateReply struct {
-	Status ledger.TxStatus
-	Kind   string
-	Reason string
-	Result []byte
-	Writes []*api.InputEntry
-}
-
 // TxState returns the ledger's recorded state of nonce.
-func (c *Client) TxState(ctx context.Context, nonce string) (*TxStateReply, error) {
+func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, error) {
 	st, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
 		return c.api.GetTxState(ctx, &api.GetTxStateRequest{Nonce: nonce}, o...)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &TxStateReply{Status: ledger.TxStatus(st.Status), Kind: st.Kind, Reason: st.Reason, Result: st.Result, Writes: st.Writes}, nil
+	return server.TxStateFromAPI(st)
 }
 
 // History returns versions of asset id.

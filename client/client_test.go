@@ -98,7 +98,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("get proof: %+v %v", p, err)
 	}
 	st, err := hc.TxState(ctx, hist[0].Nonce)
-	if err != nil || st.Status != ledger.TxCommitted || len(st.Writes) != 1 || st.Writes[0].Age != 2 {
+	if err != nil || st.Status != ledger.TxCommitted || len(st.Writes) != 1 || st.Writes["c1"] != 2 || srv.Ledger.VerifyReceipt(&ledger.Receipt{Nonce: st.Nonce, Contract: st.Contract, Input: st.Input, Writes: st.Writes, Result: st.Result, Signature: st.Signature}) != nil {
 		t.Fatalf("tx state: %+v %v", st, err)
 	}
 	v, err := hc.ValidateLedger(ctx, "c1", 0, -1)

@@ -57,6 +57,7 @@ const (
 	tagProof    = "kiroku/proof/v1"
 	tagRequest  = "kiroku/request/v1"
 	tagContract = "kiroku/contract/v1"
+	tagReceipt  = "kiroku/receipt/v1"
 )
 
 // enc builds the length-prefixed encodings of FORMAT.md.
@@ -118,5 +119,33 @@ func (p *Proof) SigningBytes() []byte {
 	e.input(p.Input)
 	e.bytes(p.Hash)
 	e.bytes(p.PrevHash)
+	return e.b
+}
+
+// Receipt is the ledger's signed statement about one committed transaction
+// as a whole: what it read, what it wrote and what it returned. Proofs speak
+// for written versions only; the receipt also speaks for read-only
+// transactions, so a Validator knows the read set of every transaction and
+// can hold the ledger to the result it returned.
+type Receipt struct {
+	Nonce    string
+	Contract string
+	// Input is the transaction's read set, as in Version.Input.
+	Input map[string]int64
+	// Writes maps each asset written to the age of its new version.
+	Writes    map[string]int64
+	Result    []byte // the contract's result, canonical JSON
+	Signature []byte // the ledger's signature of SigningBytes
+}
+
+// SigningBytes returns the bytes the ledger signs for the receipt
+// (FORMAT.md).
+func (r *Receipt) SigningBytes() []byte {
+	e := newEnc(tagReceipt, len(r.Nonce)+len(r.Contract)+len(r.Result)+64*(len(r.Input)+len(r.Writes))+32)
+	e.str(r.Nonce)
+	e.str(r.Contract)
+	e.input(r.Input)
+	e.input(r.Writes)
+	e.bytes(r.Result)
 	return e.b
 }

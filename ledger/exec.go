@@ -11,11 +11,11 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// Result is what Execute returns: the contract's result and one proof per
-// asset version written, in id order.
+// Result is what Execute returns: the transaction's signed receipt (with
+// the contract's result) and one proof per asset version written, in id
+// order.
 type Result struct {
-	Nonce  string
-	Result []byte // canonical JSON
+	Receipt
 	Proofs []Proof
 }
 
@@ -161,7 +161,7 @@ func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
 // commit turns the transaction's writes into hash-chained versions, writes
 // them with their heads and the committed state, and returns the proofs.
 func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
-	res := &Result{Nonce: req.Nonce, Result: result}
+	res := &Result{Receipt: Receipt{Nonce: req.Nonce, Contract: req.ContractID, Input: s.input, Result: result}}
 	writes := make(map[string]int64, len(s.writes))
 	for _, id := range slices.Sorted(maps.Keys(s.writes)) {
 		h := s.heads[id]
@@ -192,7 +192,14 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 		writes[id] = v.Age
 		res.Proofs = append(res.Proofs, p)
 	}
-	st := &TxState{Nonce: req.Nonce, Status: TxCommitted, Contract: req.ContractID, Result: result, Writes: writes}
+	res.Writes = writes
+	sig, err := s.l.cfg.Signer.Sign(res.Receipt.SigningBytes())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: signing the receipt of %s: %w", req.Nonce, err)
+	}
+	res.Signature = sig
+	st := &TxState{Nonce: req.Nonce, Status: TxCommitted, Contract: req.ContractID, Result: result, Writes: writes,
+		Input: s.input, Signature: sig}
 	put := s.l.txStatePut(st)
 	put.Condition = nil // read absent above, in this transaction
 	if err := s.tx.Put(s.ctx, put); err != nil {
@@ -316,4 +323,9 @@ func (l *Ledger) Proof(ctx context.Context, id string, age int64) (*Proof, error
 // VerifyProof checks the ledger's signature on p.
 func (l *Ledger) VerifyProof(p *Proof) error {
 	return l.cfg.ProofVerifier.Verify(p.SigningBytes(), p.Signature)
+}
+
+// VerifyReceipt checks the ledger's signature on r.
+func (l *Ledger) VerifyReceipt(r *Receipt) error {
+	return l.cfg.ProofVerifier.Verify(r.SigningBytes(), r.Signature)
 }

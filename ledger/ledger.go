@@ -291,6 +291,14 @@ type TxState struct {
 	Contract string           // the contract the request named
 	Result   []byte           // the contract's result, if committed
 	Writes   map[string]int64 // asset id → age written, if committed
+	Input    map[string]int64 // the read set, if committed
+	// Signature is the ledger's receipt signature, if committed.
+	Signature []byte
+}
+
+// Receipt returns the signed receipt of a committed transaction.
+func (st *TxState) Receipt() Receipt {
+	return Receipt{Nonce: st.Nonce, Contract: st.Contract, Input: st.Input, Writes: st.Writes, Result: st.Result, Signature: st.Signature}
 }
 
 // TxState returns the recorded state of nonce; TxUnknown if there is none.
@@ -306,10 +314,12 @@ func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {
 		return &TxState{Nonce: nonce, Status: TxUnknown}, nil
 	}
 	st := &TxState{Nonce: nonce, Status: TxStatus(row["state"].AsText()), Kind: row["kind"].AsText(), Reason: row["reason"].AsText(),
-		Contract: row["contract"].AsText(), Result: []byte(row["result"].AsText())}
-	if w := row["writes"].AsText(); w != "" {
-		if err := json.Unmarshal([]byte(w), &st.Writes); err != nil {
-			return nil, fmt.Errorf("ledger: tx state %s: writes: %w", nonce, err)
+		Contract: row["contract"].AsText(), Result: []byte(row["result"].AsText()), Signature: row["signature"].AsBlob()}
+	for col, m := range map[string]*map[string]int64{"writes": &st.Writes, "input": &st.Input} {
+		if w := row[col].AsText(); w != "" {
+			if err := json.Unmarshal([]byte(w), m); err != nil {
+				return nil, fmt.Errorf("ledger: tx state %s: %s: %w", nonce, col, err)
+			}
 		}
 	}
 	return st, nil
@@ -320,14 +330,17 @@ func (l *Ledger) txStateGet(nonce string) *storage.Get {
 }
 
 func (l *Ledger) txStatePut(st *TxState) *storage.Put {
-	writes := ""
-	if st.Writes != nil {
-		b, _ := json.Marshal(st.Writes) // map[string]int64 always marshals
-		writes = string(b)
+	enc := func(m map[string]int64) storage.Value {
+		if m == nil {
+			return storage.Text("")
+		}
+		b, _ := json.Marshal(m) // map[string]int64 always marshals
+		return storage.Text(string(b))
 	}
 	return &storage.Put{Namespace: l.ns, Table: tTxStates,
 		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},
 		Values: storage.Values{"state": storage.Text(string(st.Status)), "kind": storage.Text(st.Kind), "reason": storage.Text(st.Reason),
-			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": storage.Text(writes)},
+			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": enc(st.Writes),
+			"input": enc(st.Input), "signature": storage.Blob(st.Signature)},
 		Condition: storage.IfNotExists()}
 }

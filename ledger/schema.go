@@ -21,7 +21,8 @@ import (
 //	            one partition, so the registry can be listed with a scan
 //	identities  (entity | key_version ASC) → scheme, material (a PEM
 //	            certificate, or a secret sealed under the server key)
-//	tx_states   (nonce) → state, kind, reason, contract, result, writes
+//	tx_states   (nonce) → state, kind, reason, contract, result, writes,
+//	            input, signature (the receipt's, for committed ones)
 const (
 	// DefaultNamespace is the namespace of the ledger's tables unless
 	// Config.Namespace says otherwise.
@@ -61,7 +62,8 @@ func ledgerTables(ns string) []*storage.Table {
 			Columns:       []storage.Column{bigint("scheme"), blob("material")}},
 		{Namespace: ns, Name: tTxStates,
 			PartitionKey: []storage.Column{text("nonce")},
-			Columns:      []storage.Column{text("state"), text("kind"), text("reason"), text("contract"), text("result"), text("writes")}},
+			Columns: []storage.Column{text("state"), text("kind"), text("reason"), text("contract"), text("result"), text("writes"),
+				text("input"), blob("signature")}},
 	}
 }
 

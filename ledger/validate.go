@@ -151,89 +151,24 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, 
 // reexecute runs v's request again on the versions its input names and
 // returns the value it writes to v.ID, or why the replay diverged.
 func (l *Ledger) reexecute(ctx context.Context, v *Version, written map[string]int64) (out []byte, divergence string, err error) {
-	s := &replayStore{ctx: ctx, l: l, input: v.Input, written: written, writes: map[string][]byte{}}
 	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
-	_, rerr := runContract(l.lim, load, s, v.Contract, v.Argument)
-	if s.err != nil {
-		return nil, "", s.err
+	r, divergence, err := Replay(ctx, l.lim, load, v.Contract, v.Argument, v.Input, written, storedVersions{l})
+	if err != nil || divergence != "" {
+		return nil, divergence, err
 	}
-	switch {
-	case rerr != nil && Kind(rerr) == "":
-		return nil, "", rerr
-	case rerr != nil:
-		return nil, "re-execution fails: " + rerr.Error(), nil
-	case s.stray != "":
-		return nil, fmt.Sprintf("re-execution reads asset %s, which is not in the version's input", s.stray), nil
-	}
-	for id := range s.writes {
-		if _, ok := written[id]; !ok {
-			return nil, fmt.Sprintf("re-execution writes asset %s, which the transaction did not", id), nil
-		}
-	}
-	w, ok := s.writes[v.ID]
-	if !ok {
-		return nil, fmt.Sprintf("re-execution does not write asset %s", v.ID), nil
-	}
-	return w, "", nil
+	return r.Writes[v.ID], "", nil
 }
 
-// replayStore serves a re-execution from the versions a proof's input set
-// names. Reading anything else is a divergence.
-type replayStore struct {
-	ctx     context.Context
-	l       *Ledger
-	input   map[string]int64
-	written map[string]int64 // the ages the transaction wrote (its tx state)
-	writes  map[string][]byte
-	stray   string
-	err     error // a storage failure; it is not the contract's fault
-}
+// storedVersions serves a replay from the ledger's own storage.
+type storedVersions struct{ l *Ledger }
 
-func (s *replayStore) age(id string) (int64, bool) {
-	a, ok := s.input[id]
-	if !ok && s.stray == "" {
-		s.stray = id
-	}
-	return a, ok
-}
-
-func (s *replayStore) get(id string) (*AssetValue, error) {
-	if w, written := s.writes[id]; written {
-		// The transaction's own write: its age is the one it committed.
-		a, ok := s.written[id]
-		if !ok && s.stray == "" {
-			s.stray = id
-		}
-		return &AssetValue{Age: a, Value: w}, nil
-	}
-	a, ok := s.age(id)
-	if !ok || a < 0 {
-		return nil, nil
-	}
-	row, found, err := s.l.b.Get(s.ctx, s.l.versionGet(id, a, "output"))
+func (s storedVersions) Output(ctx context.Context, id string, age int64) ([]byte, error) {
+	row, found, err := s.l.b.Get(ctx, s.l.versionGet(id, age, "output"))
 	if err != nil {
-		s.err = err
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("%w: input version %s/%d is missing", ErrNotFound, id, a)
+		return nil, fmt.Errorf("%w: input version %s/%d is missing", ErrNotFound, id, age)
 	}
-	return &AssetValue{Age: a, Value: []byte(row["output"].Content())}, nil
-}
-
-func (s *replayStore) put(id string, value []byte) error {
-	s.writes[id] = value
-	return nil
-}
-
-func (s *replayStore) scan(id string, r ScanRange) ([]AssetValue, error) {
-	a, ok := s.age(id)
-	if !ok || a < 0 {
-		return nil, nil
-	}
-	vs, err := s.l.scanVersions(s.ctx, s.l.b, id, a, r)
-	if err != nil {
-		s.err = err
-	}
-	return vs, err
+	return []byte(row["output"].Content()), nil
 }

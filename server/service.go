@@ -82,11 +82,7 @@ func (s *service) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	out := &api.ExecuteReply{Nonce: res.Nonce, Result: res.Result}
-	for i := range res.Proofs {
-		out.Proofs = append(out.Proofs, ProofToAPI(&res.Proofs[i]))
-	}
-	return out, nil
+	return ResultToAPI(res), nil
 }
 
 func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.GetAssetReply, error) {
@@ -114,8 +110,7 @@ func (s *service) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*ap
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	return &api.TxState{Nonce: st.Nonce, Status: string(st.Status), Kind: st.Kind, Reason: st.Reason,
-		ContractId: st.Contract, Result: st.Result, Writes: inputToAPI(st.Writes)}, nil
+	return TxStateToAPI(st), nil
 }
 
 func (s *service) ValidateLedger(ctx context.Context, r *api.ValidateLedgerRequest) (*api.ValidateLedgerReply, error) {
@@ -241,4 +236,64 @@ func VersionFromAPI(v *api.AssetVersion) (*ledger.Version, error) {
 	return &ledger.Version{ID: v.Id, Age: v.Age, Input: in, Output: v.Output, Contract: v.ContractId, Argument: v.Argument,
 		Nonce: v.Nonce, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature, PrevHash: v.PrevHash,
 		Hash: v.Hash, ProofSignature: v.ProofSignature}, nil
+}
+
+// ResultToAPI converts an execution's result for the wire.
+func ResultToAPI(res *ledger.Result) *api.ExecuteReply {
+	out := &api.ExecuteReply{Nonce: res.Nonce, Result: res.Result, ContractId: res.Contract, Input: inputToAPI(res.Input),
+		Signature: res.Signature}
+	for i := range res.Proofs {
+		out.Proofs = append(out.Proofs, ProofToAPI(&res.Proofs[i]))
+	}
+	return out
+}
+
+// ResultFromAPI converts a wire result. The receipt's write set is the one
+// the proofs state.
+func ResultFromAPI(r *api.ExecuteReply) (*ledger.Result, error) {
+	in, err := inputFromAPI(r.Input)
+	if err != nil {
+		return nil, err
+	}
+	res := &ledger.Result{Receipt: ledger.Receipt{Nonce: r.Nonce, Contract: r.ContractId, Input: in, Result: r.Result,
+		Writes: make(map[string]int64, len(r.Proofs)), Signature: r.Signature}}
+	for _, p := range r.Proofs {
+		lp, err := ProofFromAPI(p)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := res.Writes[lp.ID]; dup {
+			return nil, fmt.Errorf("%w: two proofs for asset %s", ledger.ErrBadRequest, lp.ID)
+		}
+		res.Writes[lp.ID] = lp.Age
+		res.Proofs = append(res.Proofs, *lp)
+	}
+	return res, nil
+}
+
+// TxStateToAPI converts a transaction state for the wire.
+func TxStateToAPI(st *ledger.TxState) *api.TxState {
+	out := &api.TxState{Nonce: st.Nonce, Status: string(st.Status), Kind: st.Kind, Reason: st.Reason,
+		ContractId: st.Contract, Result: st.Result, Signature: st.Signature}
+	if st.Writes != nil {
+		out.Writes = inputToAPI(st.Writes)
+	}
+	if st.Input != nil {
+		out.Input = inputToAPI(st.Input)
+	}
+	return out
+}
+
+// TxStateFromAPI converts a wire transaction state.
+func TxStateFromAPI(t *api.TxState) (*ledger.TxState, error) {
+	st := &ledger.TxState{Nonce: t.Nonce, Status: ledger.TxStatus(t.Status), Kind: t.Kind, Reason: t.Reason,
+		Contract: t.ContractId, Result: t.Result, Signature: t.Signature}
+	var err error
+	if st.Writes, err = inputFromAPI(t.Writes); err != nil {
+		return nil, err
+	}
+	if st.Input, err = inputFromAPI(t.Input); err != nil {
+		return nil, err
+	}
+	return st, nil
 }

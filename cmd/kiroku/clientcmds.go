@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -190,14 +192,17 @@ func clientCmds() []*cobra.Command {
 				return c.TxState(ctx, a[0])
 			},
 			func(w io.Writer, v any) {
-				st := v.(*client.TxStateReply)
+				st := v.(*ledger.TxState)
 				fmt.Fprintf(w, "%s", st.Status)
 				if st.Reason != "" {
 					fmt.Fprintf(w, ": %s", st.Reason)
 				}
 				fmt.Fprintln(w)
-				for _, x := range st.Writes {
-					fmt.Fprintf(w, "  wrote %s age %d\n", x.Id, x.Age)
+				for _, id := range slices.Sorted(maps.Keys(st.Input)) {
+					fmt.Fprintf(w, "  read %s age %d\n", id, st.Input[id])
+				}
+				for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
+					fmt.Fprintf(w, "  wrote %s age %d\n", id, st.Writes[id])
 				}
 			}),
 		clientCmd("validate-ledger ID", "Validate an asset's chain: signatures, hashes, links, nonces, re-execution", cobra.ExactArgs(1),
