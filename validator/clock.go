@@ -1,0 +1,114 @@
+package validator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// ClockConfig sets up the logical clock (seed 000 §4.2.2–4.2.3).
+type ClockConfig struct {
+	// Counters is K, the counter records the clock table holds. Callers
+	// are spread over them round-robin; fewer counters mean shorter scans
+	// and more writers per counter. 0 means 16.
+	Counters int
+	// ScanEvery is N: a begin clock scans the table only every Nth time
+	// and otherwise takes one more than the highest value this process has
+	// seen, touching no record. End clocks always scan (see doc.go for why
+	// this split keeps the clock sound). 0 or 1 means every time.
+	ScanEvery int
+}
+
+func (c ClockConfig) withDefaults() (ClockConfig, error) {
+	if c.Counters < 0 || c.Counters > 4096 {
+		return c, fmt.Errorf("%w: clock counters %d; want 1–4096 (0 for 16)", ErrConfig, c.Counters)
+	}
+	if c.ScanEvery < 0 {
+		return c, fmt.Errorf("%w: clock scan-every %d is negative", ErrConfig, c.ScanEvery)
+	}
+	if c.Counters == 0 {
+		c.Counters = 16
+	}
+	if c.ScanEvery == 0 {
+		c.ScanEvery = 1
+	}
+	return c, nil
+}
+
+// Clock hands out logical times from the clock table. Its reads and writes
+// are not transactional and it takes no lock: a counter only ever grows,
+// because every write is conditional on the stored value being smaller.
+// It is safe for concurrent use.
+type Clock struct {
+	db   storage.Store
+	ns   string
+	cfg  ClockConfig
+	next atomic.Uint64 // round-robin over the counters
+	ops  atomic.Uint64 // begin clocks taken, for ScanEvery
+	seen atomic.Int64  // the highest value this process has read or written
+}
+
+func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
+	c := &Clock{db: db, ns: ns, cfg: cfg}
+	for i := range cfg.Counters {
+		err := db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
+			Clustering: storage.Values{"counter": storage.BigInt(int64(i))}, Values: storage.Values{"value": storage.BigInt(0)},
+			Condition: storage.IfNotExists()})
+		if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+			return nil, fmt.Errorf("validator: creating clock counter %d: %w", i, err)
+		}
+	}
+	return c, nil
+}
+
+// Begin returns a begin time, to be taken before the request is logged.
+func (c *Clock) Begin(ctx context.Context) (int64, error) {
+	if c.cfg.ScanEvery > 1 && c.ops.Add(1)%uint64(c.cfg.ScanEvery) != 0 {
+		if s := c.seen.Load(); s > 0 {
+			return s + 1, nil
+		}
+	}
+	return c.tick(ctx)
+}
+
+// End returns an end time, to be taken after the reply arrived.
+func (c *Clock) End(ctx context.Context) (int64, error) { return c.tick(ctx) }
+
+// tick scans every counter, takes max + 1 and raises one counter to it.
+func (c *Clock) tick(ctx context.Context) (int64, error) {
+	rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
+		Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
+	if err != nil {
+		return 0, fmt.Errorf("validator: reading the clock: %w", err)
+	}
+	var max int64
+	for rows.Next() {
+		if v := rows.Row()["value"].AsBigInt(); v > max {
+			max = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return 0, fmt.Errorf("validator: reading the clock: %w", err)
+	}
+	rows.Close()
+	t := max + 1
+	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
+	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
+		Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
+		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+		// ErrConditionNotMet: another caller already raised the counter
+		// past t, which a scan will see as well.
+		return 0, fmt.Errorf("validator: advancing the clock: %w", err)
+	}
+	for {
+		s := c.seen.Load()
+		if s >= t || c.seen.CompareAndSwap(s, t) {
+			return t, nil
+		}
+	}
+}

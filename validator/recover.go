@@ -1,0 +1,109 @@
+package validator
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Recovery says what Recover did (seed 000 §3.4).
+type Recovery struct {
+	Committed  int // in-doubt transactions the ledger reports committed
+	Aborted    int // ... aborted
+	TimedOut   int // unknown to the ledger after the transaction timeout: stamped aborted
+	Unresolved int // unknown to the ledger, still within the timeout
+}
+
+// pendingTxs returns every logged transaction validation has not covered.
+func (v *Validator) pendingTxs(ctx context.Context) ([]*Tx, error) {
+	var out []*Tx
+	for b := range int64(pendingBuckets) {
+		rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(b)},
+			Projection: []string{"nonce"}})
+		if err != nil {
+			return nil, err
+		}
+		all, err := storage.CollectRows(rows)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range all {
+			t, err := v.loadTx(ctx, r["nonce"].AsText())
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+// loadTx reads a logged transaction; nil if it is not logged.
+func (v *Validator) loadTx(ctx context.Context, nonce string) (*Tx, error) {
+	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
+	if err != nil || !ok {
+		return nil, err
+	}
+	return rowTx(nonce, row)
+}
+
+// Recover resolves the transactions that have no end clock: it asks the
+// ledger for each one's state; committed ones get an end clock with their
+// receipt and proofs, aborted ones an end clock only. One the ledger does
+// not know is left alone until TxTimeout has passed since it was logged,
+// then stamped aborted — if the ledger commits it later anyway, validation
+// finds versions no logged transaction accounts for.
+func (v *Validator) Recover(ctx context.Context) (Recovery, error) {
+	var rec Recovery
+	txs, err := v.pendingTxs(ctx)
+	if err != nil {
+		return rec, err
+	}
+	for _, t := range txs {
+		if !t.unresolved() {
+			continue
+		}
+		if err := v.resolve(ctx, t, &rec); err != nil {
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+func (v *Validator) resolve(ctx context.Context, t *Tx, rec *Recovery) error {
+	st, err := v.c.TxState(ctx, t.Request.Nonce)
+	if err != nil {
+		return fmt.Errorf("validator: state of in-doubt %s: %w", t.Request.Nonce, err)
+	}
+	switch st.Status {
+	case ledger.TxCommitted:
+		t.Status, t.Receipt = StatusCommitted, st.Receipt()
+		for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
+			p, err := v.c.Proof(ctx, id, st.Writes[id])
+			if err != nil {
+				return fmt.Errorf("validator: proof of %s/%d for in-doubt %s: %w", id, st.Writes[id], t.Request.Nonce, err)
+			}
+			t.Proofs = append(t.Proofs, *p)
+		}
+		rec.Committed++
+	case ledger.TxAborted:
+		t.Status, t.Reason = StatusAborted, st.Reason
+		rec.Aborted++
+	default:
+		age := v.cfg.Now().Sub(time.UnixMicro(t.LoggedAt))
+		if age < v.cfg.TxTimeout {
+			rec.Unresolved++
+			return nil
+		}
+		t.Status, t.Reason = StatusAborted, fmt.Sprintf("unknown to the ledger %s after it was logged", age.Round(time.Millisecond))
+		rec.TimedOut++
+	}
+	return v.logOutcome(ctx, t)
+}

@@ -1,0 +1,125 @@
+package validator
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Status is where a logged transaction stands.
+type Status string
+
+const (
+	// StatusInDoubt: the request was logged and no outcome is known yet.
+	StatusInDoubt Status = "in-doubt"
+	// StatusCommitted: the ledger committed it; the receipt and proofs
+	// are logged.
+	StatusCommitted Status = "committed"
+	// StatusAborted: the ledger refused or aborted it, or recovery found
+	// it unknown to the ledger after the transaction timeout.
+	StatusAborted Status = "aborted"
+)
+
+// Tx is one logged transaction.
+type Tx struct {
+	Request  ledger.Request
+	Begin    int64 // begin clock
+	LoggedAt int64 // wall time the request was logged, Unix microseconds
+	End      int64 // end clock; 0 while in doubt
+	Status   Status
+	Reason   string // why it aborted
+	// The receipt and proofs of a committed transaction.
+	Receipt   ledger.Receipt
+	Proofs    []ledger.Proof
+	Validated bool
+}
+
+// unresolved reports whether the transaction has no end clock yet.
+func (t *Tx) unresolved() bool { return t.End == 0 }
+
+// proofJSON is the stored form of a proof; the input set is the
+// receipt's, stored once.
+type proofJSON struct {
+	ID        string           `json:"id"`
+	Age       int64            `json:"age"`
+	Nonce     string           `json:"nonce"`
+	Input     map[string]int64 `json:"input"`
+	Hash      []byte           `json:"hash"`
+	PrevHash  []byte           `json:"prev_hash"`
+	Signature []byte           `json:"sig"`
+}
+
+func encMap(m map[string]int64) storage.Value {
+	if m == nil {
+		return storage.Text("")
+	}
+	b, _ := json.Marshal(m) // map[string]int64 always marshals
+	return storage.Text(string(b))
+}
+
+// requestValues are the columns logged before the request is sent.
+func requestValues(t *Tx) storage.Values {
+	r := &t.Request
+	return storage.Values{"contract": storage.Text(r.ContractID), "argument": storage.Blob(r.Argument),
+		"entity": storage.Text(r.Entity), "key_version": storage.BigInt(int64(r.KeyVersion)), "signature": storage.Blob(r.Signature),
+		"begin_clock": storage.BigInt(t.Begin), "logged_at": storage.BigInt(t.LoggedAt), "status": storage.Text(string(StatusInDoubt)),
+		"validated": storage.BigInt(0)}
+}
+
+// outcomeValues are the columns logged when the outcome is known.
+func outcomeValues(t *Tx) storage.Values {
+	v := storage.Values{"end_clock": storage.BigInt(t.End), "status": storage.Text(string(t.Status)), "reason": storage.Text(t.Reason)}
+	if t.Status == StatusCommitted {
+		ps := make([]proofJSON, len(t.Proofs))
+		for i, p := range t.Proofs {
+			ps[i] = proofJSON{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}
+		}
+		b, _ := json.Marshal(ps) // plain data always marshals
+		v["input"], v["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
+		v["result"], v["receipt_sig"], v["proofs"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature), storage.Text(string(b))
+	}
+	return v
+}
+
+// rowTx decodes a txs row.
+func rowTx(nonce string, row storage.Row) (*Tx, error) {
+	t := &Tx{Request: ledger.Request{Nonce: nonce, ContractID: row["contract"].AsText(), Argument: row["argument"].AsBlob(),
+		Entity: row["entity"].AsText(), KeyVersion: uint32(row["key_version"].AsBigInt()), Signature: row["signature"].AsBlob()},
+		Begin: row["begin_clock"].AsBigInt(), LoggedAt: row["logged_at"].AsBigInt(), Status: Status(row["status"].AsText())}
+	if v := row["end_clock"]; !v.IsNull() {
+		t.End = v.AsBigInt()
+	}
+	if v := row["reason"]; !v.IsNull() {
+		t.Reason = v.AsText()
+	}
+	if v := row["validated"]; !v.IsNull() {
+		t.Validated = v.AsBigInt() != 0
+	}
+	if t.Status != StatusCommitted {
+		return t, nil
+	}
+	t.Receipt = ledger.Receipt{Nonce: nonce, Contract: t.Request.ContractID, Result: []byte(row["result"].AsText()),
+		Signature: row["receipt_sig"].AsBlob()}
+	for col, m := range map[string]*map[string]int64{"input": &t.Receipt.Input, "writes": &t.Receipt.Writes} {
+		if err := json.Unmarshal([]byte(row[col].AsText()), m); err != nil {
+			return nil, fmt.Errorf("validator: logged transaction %s: %s: %w", nonce, col, err)
+		}
+	}
+	var ps []proofJSON
+	if err := json.Unmarshal([]byte(row["proofs"].AsText()), &ps); err != nil {
+		return nil, fmt.Errorf("validator: logged transaction %s: proofs: %w", nonce, err)
+	}
+	for _, p := range ps {
+		t.Proofs = append(t.Proofs, ledger.Proof{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature})
+	}
+	return t, nil
+}
+
+func pendingBucket(nonce string) int64 {
+	h := fnv.New32a()
+	h.Write([]byte(nonce))
+	return int64(h.Sum32() % pendingBuckets)
+}

@@ -1,0 +1,641 @@
+package validator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Scope selects what a validation reports. Every run first validates all
+// that was logged since the last run (the checkpoint); the scope then
+// picks the violations to report, among those found now and earlier, and
+// the keys to cross-check against the ledger's history.
+type Scope struct {
+	// Key, with Age ≥ 0, selects one version; with Age < 0, every version
+	// of the key.
+	Key string
+	Age int64
+	// KeyStart and KeyEnd select the keys in [KeyStart, KeyEnd) (an empty
+	// KeyEnd: no upper bound). Ignored when Key is set.
+	KeyStart, KeyEnd string
+	// Nonce selects one transaction.
+	Nonce string
+	// CrossCheck compares the ledger's history of the keys in scope (the
+	// keys this run validated, when the scope is everything) with the log.
+	CrossCheck bool
+}
+
+func (s Scope) everything() bool { return s.Key == "" && s.KeyStart == "" && s.KeyEnd == "" && s.Nonce == "" }
+
+// Validate runs the validation phase (Algorithm 2) over every transaction
+// logged and not yet validated, then reports the violations in scope.
+//
+// In order: Recover resolves in-doubt transactions. Pending transactions
+// that ended before every still-unresolved one began are validated now; the
+// rest wait. Each committed one gets its receipt and proofs verified and is
+// re-executed on the Validator's own states (the I/O check), in reads-from
+// order; its recomputed states are stored. The MVSG over the new
+// transactions, the validated ones whose clock intervals overlap them, and
+// every transaction that shares a version with them is checked for cycles,
+// for duplicate versions, and for dependencies that run against real time
+// (stale reads). Then the new transactions are marked validated: later runs
+// never repeat their work. doc.go argues why this window is enough.
+//
+// Only one validation may run at a time on a Validator database.
+func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) {
+	rep := &Report{}
+	var err error
+	if rep.Recovery, err = v.Recover(ctx); err != nil {
+		return nil, err
+	}
+	pending, err := v.pendingTxs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cut := int64(math.MaxInt64)
+	for _, t := range pending {
+		if t.unresolved() {
+			rep.Unresolved++
+			cut = min(cut, t.Begin)
+		}
+	}
+	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*gnode{}}
+	for _, t := range pending {
+		switch {
+		case t.unresolved():
+		case t.End >= cut:
+			rep.Waiting++
+		case t.Status == StatusCommitted:
+			r.focus = append(r.focus, t)
+		default:
+			r.aborted = append(r.aborted, t)
+		}
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	if err := r.persist(); err != nil {
+		return nil, err
+	}
+	if !scope.everything() {
+		if rep.Violations, err = v.storedViolations(ctx, scope); err != nil {
+			return nil, err
+		}
+	}
+	if scope.CrossCheck {
+		keys, err := r.scopeKeys(scope)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.crossCheck(keys); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+type verKey struct {
+	id  string
+	age int64
+}
+
+// state is the Validator's own copy of a version.
+type state struct {
+	output []byte
+	hash   []byte
+}
+
+// run is one validation.
+type run struct {
+	v       *Validator
+	ctx     context.Context
+	rep     *Report
+	focus   []*Tx // committed, being validated now
+	aborted []*Tx // resolved as aborted, being retired now
+	states  map[verKey]state
+	byNonce map[string]*gnode
+	found   []Violation // found in this run, stored by persist
+	mu      sync.Mutex
+}
+
+func (r *run) violation(vl Violation) {
+	r.mu.Lock()
+	r.found = append(r.found, vl)
+	r.mu.Unlock()
+}
+
+func (r *run) validate() error {
+	r.rep.Committed, r.rep.Aborted = len(r.focus), len(r.aborted)
+	r.rep.Validated = len(r.focus) + len(r.aborted)
+	if len(r.focus) == 0 {
+		return nil
+	}
+	r.checkSignatures()
+	if err := r.checkIO(); err != nil {
+		return err
+	}
+	nodes, err := r.graphNodes()
+	if err != nil {
+		return err
+	}
+	g := buildGraph(nodes)
+	r.rep.GraphNodes, r.rep.GraphEdges = len(g.nodes), len(g.edges)
+	for _, c := range g.cycles() {
+		vl := Violation{Kind: KindCycle, Detail: fmt.Sprintf("%d transactions form a cycle; no serial order explains them", len(c))}
+		for _, e := range c {
+			vl.Edges = append(vl.Edges, g.edge(e))
+			vl.Txs = append(vl.Txs, g.nodes[e.from].nonce)
+		}
+		vl.Key, vl.Age = c[0].key, c[0].age
+		r.violation(vl)
+	}
+	for _, e := range g.realTimeViolations() {
+		f, t := g.nodes[e.from], g.nodes[e.to]
+		vl := Violation{Txs: []string{f.nonce, t.nonce}, Key: e.key, Age: e.age, Edges: []Edge{g.edge(e)}}
+		switch e.kind {
+		case EdgeRW:
+			vl.Kind = KindStaleRead
+			vl.Detail = fmt.Sprintf("%s read %s@%d, but %s had written %s@%d and finished (end clock %d) before it began (begin clock %d)",
+				f.nonce, e.key, e.age-1, t.nonce, e.key, e.age, t.end, f.begin)
+		case EdgeWR:
+			vl.Kind = KindFutureRead
+			vl.Detail = fmt.Sprintf("%s read %s@%d, written by %s, which began (begin clock %d) after the reader finished (end clock %d)",
+				t.nonce, e.key, e.age, f.nonce, f.begin, t.end)
+			vl.Txs = []string{t.nonce, f.nonce}
+		default:
+			vl.Kind = KindVersionOrder
+			vl.Detail = fmt.Sprintf("%s@%d (by %s) follows %s@%d (by %s), whose writer began (begin clock %d) after it finished (end clock %d)",
+				e.key, e.age, t.nonce, e.key, e.age-1, f.nonce, f.begin, t.end)
+		}
+		r.violation(vl)
+	}
+	for _, d := range g.dups {
+		vl := Violation{Kind: KindDuplicateVersion, Key: d.key, Age: d.age,
+			Detail: fmt.Sprintf("%d committed transactions wrote %s@%d", len(d.writers), d.key, d.age)}
+		focus := false
+		for _, w := range d.writers {
+			vl.Txs = append(vl.Txs, g.nodes[w].nonce)
+			focus = focus || g.nodes[w].focus
+		}
+		if focus {
+			r.violation(vl)
+		}
+	}
+	r.rep.Violations = append(r.rep.Violations, r.found...)
+	return nil
+}
+
+// checkSignatures verifies each new transaction's receipt and proofs, in
+// parallel: the receipt must verify, name this nonce and contract, and the
+// proofs must be one per write, for this nonce and read set, each
+// verifying.
+func (r *run) checkSignatures() {
+	work := make(chan *Tx)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for t := range work {
+				if d := r.signatureFault(t); d != "" {
+					r.violation(Violation{Kind: KindBadSignature, Txs: []string{t.Request.Nonce}, Detail: d})
+				}
+			}
+		}()
+	}
+	for _, t := range r.focus {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+}
+
+func (r *run) signatureFault(t *Tx) string {
+	rc := &t.Receipt
+	if rc.Nonce != t.Request.Nonce || rc.Contract != t.Request.ContractID {
+		return fmt.Sprintf("the receipt is for %s/%s, the request was %s/%s", rc.Nonce, rc.Contract, t.Request.Nonce, t.Request.ContractID)
+	}
+	if err := r.v.key.Verify(rc.SigningBytes(), rc.Signature); err != nil {
+		return "receipt: " + err.Error()
+	}
+	if len(t.Proofs) != len(rc.Writes) {
+		return fmt.Sprintf("%d proofs for %d writes", len(t.Proofs), len(rc.Writes))
+	}
+	for i := range t.Proofs {
+		p := &t.Proofs[i]
+		if a, ok := rc.Writes[p.ID]; !ok || a != p.Age || p.Nonce != rc.Nonce || !maps.Equal(p.Input, rc.Input) {
+			return fmt.Sprintf("the proof of %s@%d does not match the receipt", p.ID, p.Age)
+		}
+		if err := r.v.key.Verify(p.SigningBytes(), p.Signature); err != nil {
+			return fmt.Sprintf("proof of %s@%d: %v", p.ID, p.Age, err)
+		}
+	}
+	return ""
+}
+
+// checkIO re-executes the new transactions in reads-from order (Kahn's
+// algorithm over the versions they wrote and read), each on the Validator's
+// own states, and compares with what the ledger committed.
+func (r *run) checkIO() error {
+	writer := map[verKey]int{}
+	for i, t := range r.focus {
+		for k, a := range t.Receipt.Writes {
+			writer[verKey{k, a}] = i
+		}
+	}
+	indeg := make([]int, len(r.focus))
+	next := make([][]int, len(r.focus))
+	for i, t := range r.focus {
+		for k, a := range t.Receipt.Input {
+			if w, ok := writer[verKey{k, a}]; ok && w != i {
+				indeg[i]++
+				next[w] = append(next[w], i)
+			}
+		}
+	}
+	var ready []int
+	for i := range r.focus {
+		if indeg[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	done := 0
+	for len(ready) > 0 {
+		i := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		if err := r.checkOne(r.focus[i]); err != nil {
+			return err
+		}
+		done++
+		for _, j := range next[i] {
+			if indeg[j]--; indeg[j] == 0 {
+				ready = append(ready, j)
+			}
+		}
+	}
+	if done < len(r.focus) {
+		// A reads-from cycle: each reads what another wrote. The MVSG
+		// reports it; re-execute the rest in any order.
+		for i, d := range indeg {
+			if d > 0 {
+				if err := r.checkOne(r.focus[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Output serves a re-execution from the Validator's recomputed states.
+func (r *run) Output(ctx context.Context, id string, age int64) ([]byte, error) {
+	s, ok, err := r.state(id, age)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: the Validator has no state for %s@%d (its writer is not logged, or failed validation)", ledger.ErrNotFound, id, age)
+	}
+	return s.output, nil
+}
+
+func (r *run) state(id string, age int64) (state, bool, error) {
+	if s, ok := r.states[verKey{id, age}]; ok {
+		return s, true, nil
+	}
+	row, ok, err := r.v.db.Get(r.ctx, &storage.Get{Namespace: r.v.ns, Table: tStates, Partition: storage.Values{"id": storage.Text(id)},
+		Clustering: storage.Values{"age": storage.BigInt(age)}})
+	if err != nil || !ok {
+		return state{}, false, err
+	}
+	return state{output: []byte(row["output"].AsText()), hash: row["hash"].AsBlob()}, true, nil
+}
+
+func (r *run) checkOne(t *Tx) error {
+	rc := &t.Receipt
+	n := t.Request.Nonce
+	load := func(id string) (ledger.Contract, error) { return r.v.contract(r.ctx, id) }
+	res, div, err := ledger.Replay(r.ctx, r.v.cfg.Limits, load, t.Request.ContractID, t.Request.Argument, rc.Input, rc.Writes, r)
+	if err != nil {
+		return fmt.Errorf("validator: re-executing %s: %w", n, err)
+	}
+	if div != "" {
+		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Detail: div})
+		return nil
+	}
+	if !bytes.Equal(res.Result, rc.Result) {
+		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n},
+			Detail: fmt.Sprintf("the ledger returned %s, re-execution gives %s", clip(rc.Result), clip(res.Result))})
+	}
+	for i := range t.Proofs {
+		p := &t.Proofs[i]
+		ver := &ledger.Version{ID: p.ID, Age: p.Age, Input: rc.Input, Output: res.Writes[p.ID], Contract: t.Request.ContractID,
+			Argument: t.Request.Argument, Nonce: n, Entity: t.Request.Entity, KeyVersion: t.Request.KeyVersion,
+			Signature: t.Request.Signature, PrevHash: p.PrevHash}
+		h := ver.ComputeHash()
+		if !bytes.Equal(h, p.Hash) {
+			r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: p.ID, Age: p.Age,
+				Detail: fmt.Sprintf("the proof's hash %x is not that of the re-executed version (%x): another output", p.Hash, h)})
+		}
+		if p.Age == 0 && len(p.PrevHash) != 0 {
+			r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: p.ID, Age: p.Age, Detail: "a first version with a prev_hash"})
+		} else if p.Age > 0 {
+			prev, ok, err := r.state(p.ID, p.Age-1)
+			if err != nil {
+				return err
+			}
+			if ok && !bytes.Equal(prev.hash, p.PrevHash) {
+				r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: p.ID, Age: p.Age,
+					Detail: fmt.Sprintf("prev_hash %x is not the hash of %s@%d (%x)", p.PrevHash, p.ID, p.Age-1, prev.hash)})
+			}
+		}
+		r.states[verKey{p.ID, p.Age}] = state{output: res.Writes[p.ID], hash: h}
+	}
+	return nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:77]) + "..."
+	}
+	return string(b)
+}
+
+// graphNodes returns the new transactions (focus), the validated ones that
+// overlap them in clock time, and every other transaction sharing a
+// version with any of those.
+func (r *run) graphNodes() ([]*gnode, error) {
+	var nodes []*gnode
+	add := func(n *gnode) {
+		r.byNonce[n.nonce] = n
+		nodes = append(nodes, n)
+	}
+	lo := int64(math.MaxInt64)
+	for _, t := range r.focus {
+		add(&gnode{nonce: t.Request.Nonce, begin: t.Begin, end: t.End, reads: t.Receipt.Input, writes: t.Receipt.Writes, focus: true})
+		lo = min(lo, t.Begin)
+	}
+	// Validated transactions that overlap: those that ended at or after
+	// lo; widen lo to the earliest begin among them until it is stable.
+	hi, err := r.v.clockMax(r.ctx)
+	if err != nil {
+		return nil, err
+	}
+	from := int64(math.MaxInt64)
+	for lo < from {
+		var ctxTxs []*Tx
+		ctxTxs, err = r.v.endedBetween(r.ctx, lo, min(from, hi+1))
+		if err != nil {
+			return nil, err
+		}
+		from = lo
+		for _, t := range ctxTxs {
+			if _, dup := r.byNonce[t.Request.Nonce]; dup || t.Status != StatusCommitted {
+				continue
+			}
+			add(&gnode{nonce: t.Request.Nonce, begin: t.Begin, end: t.End, reads: t.Receipt.Input, writes: t.Receipt.Writes})
+			lo = min(lo, t.Begin)
+		}
+	}
+	// Neighbours through shared versions, from the accesses index.
+	span := map[string][2]int64{}
+	for _, n := range nodes {
+		for _, m := range []map[string]int64{n.reads, n.writes} {
+			for k, a := range m {
+				s, ok := span[k]
+				if !ok {
+					s = [2]int64{a, a}
+				}
+				span[k] = [2]int64{min(s[0], a), max(s[1], a)}
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(span)) {
+		rows, err := r.v.accesses(r.ctx, k, span[k][0]-1, span[k][1]+1)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			nonce := row["nonce"].AsText()
+			n, ok := r.byNonce[nonce]
+			if !ok {
+				n = &gnode{nonce: nonce, begin: row["begin_clock"].AsBigInt(), end: row["end_clock"].AsBigInt(),
+					reads: map[string]int64{}, writes: map[string]int64{}}
+				add(n)
+			}
+			if n.focus {
+				continue
+			}
+			if row["op"].AsText() == "w" {
+				n.writes[k] = row["age"].AsBigInt()
+			} else {
+				n.reads[k] = row["age"].AsBigInt()
+			}
+		}
+	}
+	return nodes, nil
+}
+
+// clockMax returns the highest clock value handed out so far.
+func (v *Validator) clockMax(ctx context.Context) (int64, error) {
+	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)}})
+	if err != nil {
+		return 0, err
+	}
+	all, err := storage.CollectRows(rows)
+	if err != nil {
+		return 0, err
+	}
+	var m int64
+	for _, row := range all {
+		m = max(m, row["value"].AsBigInt())
+	}
+	return m, nil
+}
+
+// endedBetween loads the validated transactions whose end clock is in
+// [lo, hi).
+func (v *Validator) endedBetween(ctx context.Context, lo, hi int64) ([]*Tx, error) {
+	var out []*Tx
+	for b := lo / endBucketSpan; b <= (hi-1)/endBucketSpan && lo < hi; b++ {
+		rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(b)},
+			Start: &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(lo)}, Inclusive: true},
+			End:   &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(hi)}, Inclusive: false}})
+		if err != nil {
+			return nil, err
+		}
+		all, err := storage.CollectRows(rows)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range all {
+			t, err := v.loadTx(ctx, row["nonce"].AsText())
+			if err != nil {
+				return nil, err
+			}
+			if t != nil {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+// accesses returns the accesses index rows of key id with ages in [lo, hi].
+func (v *Validator) accesses(ctx context.Context, id string, lo, hi int64) ([]storage.Row, error) {
+	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(id)},
+		Start: &storage.Bound{Key: storage.Values{"age": storage.BigInt(lo)}, Inclusive: true},
+		End:   &storage.Bound{Key: storage.Values{"age": storage.BigInt(hi)}, Inclusive: true}})
+	if err != nil {
+		return nil, err
+	}
+	return storage.CollectRows(rows)
+}
+
+// persist records the run: states, indexes, the validated marks, the
+// violations, and removes the covered transactions from pending. Writes go
+// in batches, one transaction each.
+func (r *run) persist() error {
+	b := &batcher{ctx: r.ctx, db: r.v.db}
+	ns := r.v.ns
+	for _, t := range r.focus {
+		n := storage.Text(t.Request.Nonce)
+		for _, p := range t.Proofs {
+			if s, ok := r.states[verKey{p.ID, p.Age}]; ok {
+				b.put(&storage.Put{Namespace: ns, Table: tStates, Partition: storage.Values{"id": storage.Text(p.ID)},
+					Clustering: storage.Values{"age": storage.BigInt(p.Age)},
+					Values:     storage.Values{"output": storage.Text(string(s.output)), "hash": storage.Blob(s.hash), "nonce": n}})
+			}
+		}
+		clocks := storage.Values{"begin_clock": storage.BigInt(t.Begin), "end_clock": storage.BigInt(t.End)}
+		for op, m := range map[string]map[string]int64{"r": t.Receipt.Input, "w": t.Receipt.Writes} {
+			for k, a := range m {
+				b.put(&storage.Put{Namespace: ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(k)},
+					Clustering: storage.Values{"age": storage.BigInt(a), "op": storage.Text(op), "nonce": n}, Values: clocks})
+				b.put(&storage.Put{Namespace: ns, Table: tKeys, Partition: storage.Values{"bucket": storage.Text(keysBucket)},
+					Clustering: storage.Values{"id": storage.Text(k)}, Values: storage.Values{"seen": storage.BigInt(t.End)}})
+			}
+		}
+		b.put(&storage.Put{Namespace: ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(t.End / endBucketSpan)},
+			Clustering: storage.Values{"end_clock": storage.BigInt(t.End), "nonce": n}, Values: storage.Values{"begin_clock": storage.BigInt(t.Begin)}})
+	}
+	for _, t := range append(slices.Clip(r.focus), r.aborted...) {
+		n := storage.Text(t.Request.Nonce)
+		b.put(&storage.Put{Namespace: ns, Table: tTxs, Partition: storage.Values{"nonce": n}, Values: storage.Values{"validated": storage.BigInt(1)}})
+		b.del(&storage.Delete{Namespace: ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))},
+			Clustering: storage.Values{"nonce": n}})
+	}
+	at := int64(0)
+	if len(r.found) > 0 {
+		var err error
+		if at, err = r.v.clock.End(r.ctx); err != nil {
+			return err
+		}
+	}
+	for i, vl := range r.found {
+		body, _ := json.Marshal(vl) // plain data always marshals
+		b.put(&storage.Put{Namespace: ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)},
+			Clustering: storage.Values{"at": storage.BigInt(at), "seq": storage.BigInt(int64(i))},
+			Values:     storage.Values{"kind": storage.Text(string(vl.Kind)), "body": storage.Text(string(body))}})
+	}
+	return b.flush()
+}
+
+// batcher groups writes into transactions of up to batchSize each.
+type batcher struct {
+	ctx context.Context
+	db  storage.Backend
+	ms  []storage.Mutation
+}
+
+const batchSize = 512
+
+func (b *batcher) put(p *storage.Put) error {
+	b.ms = append(b.ms, p)
+	return nil
+}
+
+func (b *batcher) del(d *storage.Delete) {
+	b.ms = append(b.ms, d)
+}
+
+func (b *batcher) flush() error {
+	for len(b.ms) > 0 {
+		n := min(len(b.ms), batchSize)
+		chunk := b.ms[:n]
+		err := storage.Update(b.ctx, b.db, func(tx storage.Txn) error {
+			for _, m := range chunk {
+				var err error
+				switch m := m.(type) {
+				case *storage.Put:
+					err = tx.Put(b.ctx, m)
+				case *storage.Delete:
+					err = tx.Delete(b.ctx, m)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("validator: recording validation: %w", err)
+		}
+		b.ms = b.ms[n:]
+	}
+	return nil
+}
+
+// storedViolations returns the recorded violations in scope.
+func (v *Validator) storedViolations(ctx context.Context, s Scope) ([]Violation, error) {
+	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)}})
+	if err != nil {
+		return nil, err
+	}
+	all, err := storage.CollectRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	var out []Violation
+	for _, row := range all {
+		var vl Violation
+		if err := json.Unmarshal([]byte(row["body"].AsText()), &vl); err != nil {
+			return nil, fmt.Errorf("validator: stored violation: %w", err)
+		}
+		if s.matches(&vl) {
+			out = append(out, vl)
+		}
+	}
+	return out, nil
+}
+
+func (s Scope) matches(vl *Violation) bool {
+	if s.Nonce != "" {
+		return slices.Contains(vl.Txs, s.Nonce)
+	}
+	keyIn := func(k string, age int64) bool {
+		if s.Key != "" {
+			return k == s.Key && (s.Age < 0 || age == s.Age)
+		}
+		return k >= s.KeyStart && (s.KeyEnd == "" || k < s.KeyEnd)
+	}
+	if vl.Key != "" && keyIn(vl.Key, vl.Age) {
+		return true
+	}
+	for _, e := range vl.Edges {
+		if keyIn(e.Key, e.Age) {
+			return true
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,315 @@
+package validator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// Errors the Validator returns besides the ledger's and the storage API's.
+var (
+	ErrConfig           = errors.New("validator: invalid configuration")
+	ErrLedgerKeyChanged = errors.New("validator: the ledger's proof key differs from the one pinned in the Validator database")
+	ErrUnverifiable     = errors.New("validator: cannot verify the ledger's proofs")
+	// ErrLogIncomplete: the ledger answered, but logging its reply failed.
+	// The transaction stays in doubt until Recover resolves it.
+	ErrLogIncomplete = errors.New("validator: the reply could not be logged")
+)
+
+// Config configures a Validator. The Validator database and the client's
+// identity belong to the Validator's domain; the ledger's operator controls
+// neither.
+type Config struct {
+	// DB is the Validator database: an embedded engine in its own data
+	// directory, or a PostgreSQL the Validator's operator runs. Any number
+	// of processes may share it. Required.
+	DB storage.Backend
+	// Namespace holds the Validator's tables; "" means DefaultNamespace.
+	Namespace string
+	// Client is the SDK the Validator wraps: the requests it logs are
+	// signed with this client's identity. Required.
+	Client *client.Client
+	// LedgerKey verifies the ledger's proofs and receipts. nil: the
+	// ledger's ECDSA public key is fetched on first Open and pinned in the
+	// Validator database; later Opens refuse a ledger whose key changed.
+	// A ledger that signs with HMAC needs its key given here.
+	LedgerKey auth.Verifier
+	// Clock configures the logical clock.
+	Clock ClockConfig
+	// TxTimeout is the longest the ledger may take to commit or abort a
+	// transaction. Recovery stamps a transaction the ledger does not know
+	// as aborted only once this much time has passed since it was logged.
+	// 0 means 30 s.
+	TxTimeout time.Duration
+	// Limits bound re-execution; they must be the ledger's. Zero fields
+	// take the ledger's defaults.
+	Limits ledger.Limits
+	// Now is the wall clock, for the transaction timeout; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.DB == nil {
+		return c, fmt.Errorf("%w: no Validator database", ErrConfig)
+	}
+	if c.Client == nil {
+		return c, fmt.Errorf("%w: no client", ErrConfig)
+	}
+	if c.TxTimeout < 0 {
+		return c, fmt.Errorf("%w: negative transaction timeout", ErrConfig)
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.TxTimeout == 0 {
+		c.TxTimeout = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	var err error
+	c.Clock, err = c.Clock.withDefaults()
+	return c, err
+}
+
+// Validator is the client-side library of seed 000: used in place of the
+// SDK, it logs every request with a begin clock before sending it and its
+// outcome with an end clock after the reply (Algorithm 1), and later
+// validates what was logged (Algorithm 2). It is safe for concurrent use;
+// logging takes no lock of its own.
+type Validator struct {
+	cfg   Config
+	db    storage.Backend
+	ns    string
+	c     *client.Client
+	clock *Clock
+	key   auth.Verifier
+
+	contracts sync.Map // contract id → ledger.Contract
+}
+
+// Open opens the Validator database (creating its tables) and pins the
+// ledger's key.
+func Open(ctx context.Context, cfg Config) (*Validator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureSchema(ctx, cfg.DB, cfg.Namespace); err != nil {
+		return nil, err
+	}
+	v := &Validator{cfg: cfg, db: cfg.DB, ns: cfg.Namespace, c: cfg.Client, key: cfg.LedgerKey}
+	if v.clock, err = newClock(ctx, cfg.DB, cfg.Namespace, cfg.Clock); err != nil {
+		return nil, err
+	}
+	if v.key == nil {
+		if v.key, err = v.pinLedgerKey(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// Clock returns the Validator's logical clock.
+func (v *Validator) Clock() *Clock { return v.clock }
+
+// Client returns the SDK the Validator wraps.
+func (v *Validator) Client() *client.Client { return v.c }
+
+// pinLedgerKey fetches the ledger's public key, stores it on first use and
+// refuses a different one later.
+func (v *Validator) pinLedgerKey(ctx context.Context) (auth.Verifier, error) {
+	k, err := v.c.LedgerKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("validator: fetching the ledger's key: %w", err)
+	}
+	if k.Scheme != auth.SchemeECDSA.String() {
+		return nil, fmt.Errorf("%w: the ledger signs with %s; give its key in Config.LedgerKey", ErrUnverifiable, k.Scheme)
+	}
+	meta := &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("ledger_key")}}
+	row, ok, err := v.db.Get(ctx, meta)
+	if err != nil {
+		return nil, err
+	}
+	pinned := k.PublicKeyPem
+	if ok {
+		pinned = row["value"].AsText()
+	} else {
+		err := v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tMeta, Partition: meta.Partition,
+			Values: storage.Values{"value": storage.Text(k.PublicKeyPem)}, Condition: storage.IfNotExists()})
+		if errors.Is(err, storage.ErrConditionNotMet) {
+			return v.pinLedgerKey(ctx) // another process pinned it first
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if pinned != k.PublicKeyPem {
+		return nil, fmt.Errorf("%w (pinned: %q, served: %q)", ErrLedgerKeyChanged, pinned, k.PublicKeyPem)
+	}
+	return parsePublicKey([]byte(pinned))
+}
+
+func parsePublicKey(pemBytes []byte) (auth.Verifier, error) {
+	b, _ := pem.Decode(pemBytes)
+	if b == nil || b.Type != "PUBLIC KEY" {
+		return nil, fmt.Errorf("%w: the ledger's key is not a PEM public key", ErrUnverifiable)
+	}
+	k, err := x509.ParsePKIXPublicKey(b.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnverifiable, err)
+	}
+	pub, ok := k.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("%w: the ledger's key is not ECDSA", ErrUnverifiable)
+	}
+	return auth.NewECDSAVerifier(pub)
+}
+
+// Execute runs contractID with a JSON argument under a fresh nonce, logging
+// it as Algorithm 1 does. See ExecuteRequest.
+func (v *Validator) Execute(ctx context.Context, contractID string, argument []byte) (*ledger.Result, error) {
+	r, err := v.c.NewRequest(contractID, argument)
+	if err != nil {
+		return nil, err
+	}
+	return v.ExecuteRequest(ctx, r)
+}
+
+// ExecuteRequest logs the request with a begin clock, sends it, and logs
+// the outcome with an end clock: the receipt and proofs if it committed,
+// the reason if the ledger refused or aborted it. A request whose outcome
+// is unknown (the reply was lost) stays in doubt for Recover. If logging
+// the outcome fails, the result is returned with an error wrapping
+// ErrLogIncomplete: the transaction did commit.
+func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+	begin, err := v.clock.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tx{Request: *r, Begin: begin, LoggedAt: v.cfg.Now().UnixMicro()}
+	if err := v.logRequest(ctx, t); err != nil {
+		return nil, err
+	}
+	res, xerr := v.c.ExecuteRequest(ctx, r)
+	switch {
+	case xerr == nil:
+		t.Status, t.Receipt, t.Proofs = StatusCommitted, res.Receipt, res.Proofs
+	case definitive(xerr):
+		t.Status, t.Reason = StatusAborted, xerr.Error()
+	default:
+		return nil, xerr // in doubt
+	}
+	if err := v.logOutcome(ctx, t); err != nil {
+		if xerr != nil {
+			return nil, errors.Join(xerr, err)
+		}
+		return res, err
+	}
+	return res, xerr
+}
+
+// definitive reports whether err is the ledger's own answer that it did not
+// commit (a refusal or an abort), not a lost or ambiguous reply.
+func definitive(err error) bool {
+	k := ledger.Kind(err)
+	return k != "" && k != "nonce_reused" && k != "not_found"
+}
+
+func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
+	n := storage.Text(t.Request.Nonce)
+	err := storage.Update(ctx, v.db, func(tx storage.Txn) error {
+		if err := tx.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": n},
+			Values: requestValues(t), Condition: storage.IfNotExists()}); err != nil {
+			return err
+		}
+		return tx.Put(ctx, &storage.Put{Namespace: v.ns, Table: tPending,
+			Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))}, Clustering: storage.Values{"nonce": n},
+			Values: storage.Values{"begin_clock": storage.BigInt(t.Begin)}})
+	})
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		return fmt.Errorf("%w: nonce %s is already logged", ledger.ErrNonceReused, t.Request.Nonce)
+	}
+	if err != nil {
+		return fmt.Errorf("validator: logging request %s: %w", t.Request.Nonce, err)
+	}
+	return nil
+}
+
+// logOutcome takes the end clock and stamps it with the outcome, unless
+// another process (Recover) stamped the transaction first.
+func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
+	end, err := v.clock.End(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
+	}
+	t.End = end
+	err = v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
+		Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
+	}
+	return nil
+}
+
+// RegisterContract registers Starlark source with the ledger through the
+// wrapped client, and keeps the Validator's own copy for re-execution.
+func (v *Validator) RegisterContract(ctx context.Context, id string, source []byte) error {
+	if err := v.c.RegisterContract(ctx, id, source); err != nil {
+		return err
+	}
+	return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)},
+		Values: storage.Values{"value": storage.Text(string(source))}})
+}
+
+// contract returns the compiled contract id for re-execution: a built-in,
+// the Validator's own copy, or else the source the ledger lists (whose
+// registration the ledger checked against the registering client's
+// signature; a contract registered through another Validator database is
+// only as trustworthy as that).
+func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, error) {
+	if c, ok := ledger.Builtins[id]; ok {
+		return c, nil
+	}
+	if c, ok := v.contracts.Load(id); ok {
+		return c.(ledger.Contract), nil
+	}
+	var source []byte
+	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)}})
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		source = []byte(row["value"].AsText())
+	} else {
+		cs, err := v.c.ListContracts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, info := range cs {
+			if info.ContractId == id && !info.Builtin {
+				source = info.Source
+			}
+		}
+		if source == nil {
+			return nil, fmt.Errorf("%w: %s", ledger.ErrUnknownContract, id)
+		}
+	}
+	c, err := ledger.CompileContract(id, source)
+	if err != nil {
+		return nil, err
+	}
+	v.contracts.Store(id, c)
+	return c, nil
+}
