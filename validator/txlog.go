@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/storage"
@@ -35,6 +37,18 @@ type Tx struct {
 	Receipt   ledger.Receipt
 	Proofs    []ledger.Proof
 	Validated bool
+}
+
+// firstKey names the version a transaction-wide violation is filed
+// under: its first write in id order, or else its first read.
+func (t *Tx) firstKey() (string, int64) {
+	for _, m := range []map[string]int64{t.Receipt.Writes, t.Receipt.Input} {
+		if len(m) > 0 {
+			k := slices.Min(slices.Collect(maps.Keys(m)))
+			return k, m[k]
+		}
+	}
+	return "", 0
 }
 
 // unresolved reports whether the transaction has no end clock yet.

@@ -34,7 +34,9 @@ type Scope struct {
 	CrossCheck bool
 }
 
-func (s Scope) everything() bool { return s.Key == "" && s.KeyStart == "" && s.KeyEnd == "" && s.Nonce == "" }
+func (s Scope) everything() bool {
+	return s.Key == "" && s.KeyStart == "" && s.KeyEnd == "" && s.Nonce == ""
+}
 
 // Validate runs the validation phase (Algorithm 2) over every transaction
 // logged and not yet validated, then reports the violations in scope.
@@ -207,7 +209,8 @@ func (r *run) checkSignatures() {
 			defer wg.Done()
 			for t := range work {
 				if d := r.signatureFault(t); d != "" {
-					r.violation(Violation{Kind: KindBadSignature, Txs: []string{t.Request.Nonce}, Detail: d})
+					k, a := t.firstKey()
+					r.violation(Violation{Kind: KindBadSignature, Txs: []string{t.Request.Nonce}, Key: k, Age: a, Detail: d})
 				}
 			}
 		}()
@@ -328,12 +331,13 @@ func (r *run) checkOne(t *Tx) error {
 	if err != nil {
 		return fmt.Errorf("validator: re-executing %s: %w", n, err)
 	}
+	k, a := t.firstKey()
 	if div != "" {
-		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Detail: div})
+		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: k, Age: a, Detail: div})
 		return nil
 	}
 	if !bytes.Equal(res.Result, rc.Result) {
-		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n},
+		r.violation(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: k, Age: a,
 			Detail: fmt.Sprintf("the ledger returned %s, re-execution gives %s", clip(rc.Result), clip(res.Result))})
 	}
 	for i := range t.Proofs {
@@ -638,4 +642,3 @@ func (s Scope) matches(vl *Violation) bool {
 	}
 	return false
 }
-
