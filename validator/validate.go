@@ -71,16 +71,39 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 		}
 	}
 	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*gnode{}}
+	held := map[verKey]bool{} // versions written by transactions that wait
 	for _, t := range pending {
 		switch {
 		case t.unresolved():
 		case t.End >= cut:
 			rep.Waiting++
+			for k, a := range t.Receipt.Writes {
+				held[verKey{k, a}] = true
+			}
 		case t.Status == StatusCommitted:
 			r.focus = append(r.focus, t)
 		default:
 			r.aborted = append(r.aborted, t)
 		}
+	}
+	// A transaction that read a version whose writer waits must wait too
+	// (the writer's reply can be logged after the reader's), and so must
+	// its own readers.
+	for changed := len(held) > 0; changed; {
+		changed = false
+		r.focus = slices.DeleteFunc(r.focus, func(t *Tx) bool {
+			for k, a := range t.Receipt.Input {
+				if held[verKey{k, a}] {
+					for k, a := range t.Receipt.Writes {
+						held[verKey{k, a}] = true
+					}
+					rep.Waiting++
+					changed = true
+					return true
+				}
+			}
+			return false
+		})
 	}
 	if err := r.validate(); err != nil {
 		return nil, err

@@ -1,0 +1,122 @@
+// Package validator detects Byzantine faults of a kiroku ledger after the
+// fact, from a second administrative domain (seed 000 §3.3–3.4, §4.2). It is
+// a client-side library used in place of the SDK: it keeps its own database
+// (an embedded engine in its own data directory, or a PostgreSQL its
+// operator runs) that the ledger's operator cannot touch, and needs no
+// replica of the ledger and no consensus round.
+//
+// # Logging (Algorithm 1)
+//
+// ExecuteRequest takes a begin clock and stores the request ⟨n, f, a, s⟩
+// with it (and a pending mark) in one transaction of the Validator
+// database before the request is sent. When the reply arrives it takes an
+// end clock and stores the outcome: for a commit, the ledger's signed
+// receipt (read set, write set, result) and proofs — the read-write set is
+// keys and ages only, never values. A refusal or abort is stored as
+// aborted. A reply that never arrives leaves the transaction in doubt for
+// Recover (§3.4): it asks the ledger (GetTxState), stamps an end clock with
+// the receipt and proofs of a committed one, an end clock only for an
+// aborted one, and waits Config.TxTimeout before stamping one the ledger
+// does not know. The end stamp is conditional on none being there, so the
+// client and a concurrent Recover cannot both stamp. Logging takes no lock
+// and touches no shared row besides one clock counter, so client threads
+// do not serialize on it.
+//
+// # The logical clock (§4.2.2–4.2.3)
+//
+// The clock table holds K counters. A tick scans them, takes max + 1 and
+// raises one counter (round-robin) to that value with a write conditional
+// on the stored value being smaller, so counters only grow. Neither the
+// scan nor the write is transactional, and that is safe. Write b_i for T_i's
+// begin clock, e_i for its end clock, and call T_i's real interval the time
+// from the write of b_i until the scan for e_i; the ledger's execution of
+// T_i (send to reply) lies inside it.
+//
+//   - Overlap is never missed. If T_i and T_j really overlapped, T_j's end
+//     scan started after T_i's begin write finished, and counters never
+//     decrease, so that scan saw a value ≥ b_i and e_j > b_i; likewise
+//     e_i > b_j. Their clock intervals [b, e] overlap.
+//   - Precedence is never invented. If e_i < b_j then T_i really finished
+//     before T_j began: they cannot have overlapped (then e_i > b_j, above),
+//     and if T_j had finished first, T_i's end scan would have come after
+//     T_j's begin write and seen it, giving e_i > b_j.
+//
+// A stale scan only makes a clock smaller than it could be, which can
+// widen intervals (more transactions look concurrent: more work, no false
+// alarm) but cannot break either property, because each property rests on
+// a scan seeing a write that finished before the scan began.
+//
+// ScanEvery (N) lets a begin clock skip the table N−1 times in N and use
+// one more than the highest value this process has read or written — a
+// value some counter already holds. Both properties survive: the overlap
+// argument needs e_j ≥ b_i, and T_j's end scan sees the counter holding
+// b_i − 1; the precedence argument needs T_i's end scan to see at least
+// b_j − 1, which some counter held before T_j began. End clocks never skip
+// the scan: an end clock that is too small could make two overlapping
+// transactions look ordered.
+//
+// # Validation (Algorithm 2), and strict serializability
+//
+// Validate covers every logged transaction not yet validated, in one pass:
+//
+//  1. Signatures. The receipt and every proof must verify under the
+//     ledger's key (pinned in the Validator database on first use), name
+//     this nonce and contract, and agree with each other (one proof per
+//     write, the receipt's read set).
+//  2. I/O check. The request is re-executed (ledger.Replay) on the
+//     Validator's own recomputed states of the versions its read set
+//     names, in reads-from order; the result, each written version's hash
+//     (which covers the output) and each prev_hash must match what the
+//     ledger returned. The recomputed states are stored; later
+//     re-executions read them, never the ledger's copy. Contracts are
+//     deterministic and hermetic (ledger package doc), so a divergence is
+//     the ledger's fault.
+//  3. The MVSG over the new transactions and their context: wr edges
+//     (reads-from), ww edges (version order) and rw edges
+//     (anti-dependencies), from the read-write sets. Cycles are found with
+//     Tarjan's algorithm in O(V+E); two committed writers of one version
+//     are reported as a duplicate version.
+//  4. Real time. An edge From → To says From precedes To in every
+//     equivalent serial order. If e_To < b_From, To really finished before
+//     From began (the precedence property above), so no strictly
+//     serializable execution has this edge: on an rw edge it is a stale
+//     read (From read a version To had already replaced, "time travel"),
+//     on a wr edge a read from the future, on a ww edge versions ordered
+//     against real time. This is the strict-serializability check seed
+//     000 leaves as future work; with the clock's properties it never
+//     accuses an honest ledger, whose serialization order respects real
+//     time.
+//
+// A transaction's violations are recorded in the Validator database, so a
+// later Validate scoped to a key, a key range or a transaction reports
+// them.
+//
+// # Incremental validation, and why its window suffices
+//
+// A run validates the pending transactions that ended before the earliest
+// still-unresolved one began (the others wait: an unresolved transaction
+// is never treated as absent), then marks them validated; no run repeats
+// that work. The graph of a run holds the new transactions N, every
+// validated transaction whose clock interval reaches back into theirs
+// (ended at or after the earliest begin, widened until stable), and every
+// transaction that shares a version with any of them. Why that finds every
+// cycle through N: call W the window so built; no transaction outside W
+// ended at or after the earliest begin B of W. Take a cycle through N with
+// no real-time violation on its edges. If it left W, some edge would run
+// from a member Y of W to an X outside it; X ended before B ≤ b_Y, so
+// e_X < b_Y, a real-time violation on that edge — which step 4 reports,
+// since the edge has an endpoint in the graph (X shares a version with Y).
+// So a cycle with no real-time violation lies in W, and Tarjan finds it.
+// Cycles among older transactions alone were the business of earlier runs.
+//
+// # Cross-checking the ledger's history
+//
+// With Scope.CrossCheck, a run also reads the ledger's history of the keys
+// in scope and compares it with the log: a logged version that is missing
+// (dropped), at another age (reordered), or stored with another output
+// (tampered after commit) is reported, and so is a version no logged
+// committed transaction wrote (replayed, unlogged, or committed after the
+// ledger reported it aborted). This assumes every writer of those keys
+// logs through a Validator sharing this database, as seed 000's clients
+// do.
+package validator

@@ -1,0 +1,5 @@
+//go:build race
+
+package validator
+
+const raceEnabled = true
