@@ -93,10 +93,14 @@
 //
 // # Incremental validation, and why its window suffices
 //
-// A run validates the pending transactions that ended before the earliest
-// still-unresolved one began (the others wait: an unresolved transaction
-// is never treated as absent), then marks them validated; no run repeats
-// that work. The graph of a run holds the new transactions N, every
+// A run reads the clock's current maximum H, then the pending
+// transactions. It validates those that ended at or before H and before the
+// earliest still-unresolved one began; the others wait, and so does any
+// transaction that read a version a waiting one wrote (an unresolved
+// transaction is never treated as absent). A transaction the pending scan
+// missed was logged after the scan began, so whatever read its writes ended
+// after that and has an end clock above H. Validated transactions are
+// marked; no run repeats their work. The graph of a run holds the new transactions N, every
 // validated transaction whose clock interval reaches back into theirs
 // (ended at or after the earliest begin, widened until stable), and every
 // transaction that shares a version with any of them. Why that finds every

@@ -59,11 +59,19 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 	if rep.Recovery, err = v.Recover(ctx); err != nil {
 		return nil, err
 	}
+	// Everything that ended before this point is in the pending scan below
+	// with its outcome: a transaction logged after the scan passed its
+	// bucket ended later, and so did whatever read its writes (its end
+	// scan saw at least horizon).
+	horizon, err := v.clockMax(ctx)
+	if err != nil {
+		return nil, err
+	}
 	pending, err := v.pendingTxs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cut := int64(math.MaxInt64)
+	cut := horizon + 1
 	for _, t := range pending {
 		if t.unresolved() {
 			rep.Unresolved++
