@@ -48,6 +48,12 @@ func (c *LedgerConfig) validate() error {
 	return nil
 }
 
+// Executor runs a contract: the SDK's client, or a Validator logging
+// through it.
+type Executor interface {
+	Execute(ctx context.Context, contractID string, argument []byte) (*ledger.Result, error)
+}
+
 // LedgerPoint is one thread count's figures.
 type LedgerPoint struct {
 	Threads int     `json:"threads"`
@@ -55,6 +61,9 @@ type LedgerPoint struct {
 	Errors  int64   `json:"errors"`
 	TPS     float64 `json:"tx_per_s"`
 	Latency Latency `json:"latency"`
+	// Off is the same workload and threads through the bare client, in
+	// the same run, when the measured executor is a Validator.
+	Off *LedgerPoint `json:"validator_off,omitempty"`
 	// FloorRPS is the baseline: GetTxState calls/s through the same server
 	// and client with the same threads — one authenticated-free round trip
 	// with one storage read, the most this path can carry.
@@ -73,7 +82,7 @@ func assetID(i int) string { return fmt.Sprintf("y%d", i) }
 // LoadLedger creates assets y0 … y(records−1) with the built-in bulk
 // loader, unless the last one exists already. progress, if not nil, gets a
 // progress bar.
-func LoadLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progress io.Writer) (LedgerLoad, error) {
+func LoadLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, progress io.Writer) (LedgerLoad, error) {
 	if err := cfg.validate(); err != nil {
 		return LedgerLoad{}, err
 	}
@@ -115,7 +124,7 @@ func LoadLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progres
 				}
 				n := min(int64(cfg.LoadBatch), int64(cfg.Records)-first)
 				arg := fmt.Sprintf(`{"prefix":"y","first":%d,"count":%d,"payload":%q}`, first, n, payload)
-				if _, err := c.Execute(ctx, "builtin.bulk_load", []byte(arg)); err != nil {
+				if _, err := exec.Execute(ctx, "builtin.bulk_load", []byte(arg)); err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("bench: bulk load at %d: %w", first, err) })
 					next.Store(int64(cfg.Records))
 					return
@@ -156,24 +165,33 @@ func randomPayload(r *mrand.Rand, n int) string {
 	return string(b)
 }
 
-// RunLedger measures cfg.Workload at each thread count, each preceded by
-// its warmup and followed by the floor baseline for the same threads.
-func RunLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progress func(LedgerPoint)) ([]LedgerPoint, error) {
+// RunLedger measures cfg.Workload through exec at each thread count, each
+// preceded by its warmup and followed by the floor baseline for the same
+// threads. If exec is not c itself (a Validator), the same workload also
+// runs through c alone, for the comparison in Off.
+func RunLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, progress func(LedgerPoint)) ([]LedgerPoint, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	var out []LedgerPoint
 	for i, threads := range cfg.Threads {
 		if cfg.Warmup > 0 {
-			if _, err := runLedgerLoop(ctx, c, cfg, threads, cfg.Warmup, uint64(i)*1000+1, false); err != nil {
+			if _, err := runLedgerLoop(ctx, c, exec, cfg, threads, cfg.Warmup, uint64(i)*1000+1, false); err != nil {
 				return out, err
 			}
 		}
-		p, err := runLedgerLoop(ctx, c, cfg, threads, cfg.Duration, uint64(i)*1000+2, false)
+		p, err := runLedgerLoop(ctx, c, exec, cfg, threads, cfg.Duration, uint64(i)*1000+2, false)
 		if err != nil {
 			return out, err
 		}
-		floor, err := runLedgerLoop(ctx, c, cfg, threads, min(cfg.Duration, 3*time.Second), uint64(i)*1000+3, true)
+		if exec != Executor(c) {
+			off, err := runLedgerLoop(ctx, c, c, cfg, threads, cfg.Duration, uint64(i)*1000+4, false)
+			if err != nil {
+				return out, err
+			}
+			p.Off = &off
+		}
+		floor, err := runLedgerLoop(ctx, c, c, cfg, threads, min(cfg.Duration, 3*time.Second), uint64(i)*1000+3, true)
 		if err != nil {
 			return out, err
 		}
@@ -188,7 +206,7 @@ func RunLedger(ctx context.Context, c *client.Client, cfg LedgerConfig, progress
 
 // runLedgerLoop runs threads closed-loop clients for d. With floor, each
 // call is a GetTxState instead of an execute.
-func runLedgerLoop(ctx context.Context, c *client.Client, cfg LedgerConfig, threads int, d time.Duration, seed uint64, floor bool) (LedgerPoint, error) {
+func runLedgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, threads int, d time.Duration, seed uint64, floor bool) (LedgerPoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	hist := newHist()
@@ -212,10 +230,10 @@ func runLedgerLoop(ctx context.Context, c *client.Client, cfg LedgerConfig, thre
 					_, err = c.TxState(ctx, fmt.Sprintf("floor-%d", r.IntN(cfg.Records)))
 				case cfg.Workload == "ycsb-c":
 					arg := fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records)), assetID(r.IntN(cfg.Records)))
-					_, err = c.Execute(ctx, "builtin.ycsb_c", []byte(arg))
+					_, err = exec.Execute(ctx, "builtin.ycsb_c", []byte(arg))
 				default:
 					arg := fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records)), randomPayload(r, cfg.Payload))
-					_, err = c.Execute(ctx, "builtin.ycsb_f", []byte(arg))
+					_, err = exec.Execute(ctx, "builtin.ycsb_f", []byte(arg))
 				}
 				if ctx.Err() != nil {
 					return // the run ended mid-call; not counted

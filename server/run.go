@@ -86,6 +86,9 @@ type Running struct {
 	Ledger  *ledger.Ledger
 	Backend storage.Backend
 	Key     *api.LedgerKey
+	// ProofVerifier checks the ledger's proofs and receipts (for an HMAC
+	// proof key, whoever holds it can also forge them).
+	ProofVerifier auth.Verifier
 
 	grpc    *grpc.Server
 	lis     net.Listener
@@ -130,7 +133,7 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		return nil, err
 	}
 
-	r := &Running{Key: key, log: o.Logger, done: make(chan error, 1)}
+	r := &Running{Key: key, ProofVerifier: verifier, log: o.Logger, done: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			r.close()

@@ -442,11 +442,6 @@ func (e *byzEnv) concurrently(t *testing.T, first <-chan struct{}, c1, a1, c2, a
 // key if ""; any age if age < 0) naming every one of txs.
 func expectViolation(t *testing.T, rep *Report, kind Kind, key string, age int64, txs ...string) *Violation {
 	t.Helper()
-	{
-		var b strings.Builder
-		rep.Print(&b)
-		t.Logf("expect %s %v in:\n%s", kind, txs, b.String())
-	}
 	for i := range rep.Violations {
 		vl := &rep.Violations[i]
 		if vl.Kind != kind || (key != "" && vl.Key != key) || (age >= 0 && vl.Age != age) {

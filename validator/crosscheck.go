@@ -99,7 +99,7 @@ func (r *run) crossCheck(keys []string) error {
 					if err != nil {
 						return err
 					}
-					if ok && (!bytes.Equal(lv.Output, s.output) || !bytes.Equal(lv.Hash, s.hash)) {
+					if ok && s.nonce == n && (!bytes.Equal(lv.Output, s.output) || !bytes.Equal(lv.Hash, s.hash)) {
 						report(Violation{Kind: KindIODivergence, Txs: []string{n}, Key: k, Age: a,
 							Detail: fmt.Sprintf("the ledger stores %s for %s@%d; the validated state is %s", clip(lv.Output), k, a, clip(s.output))})
 					}

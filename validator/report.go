@@ -95,6 +95,20 @@ type Report struct {
 	// history.
 	CrossChecked int         `json:"cross_checked"`
 	Violations   []Violation `json:"violations"`
+	// Seconds spent per phase.
+	Seconds Timings `json:"seconds"`
+}
+
+// Timings are the wall-clock seconds of a run's phases.
+type Timings struct {
+	Recover    float64 `json:"recover"`
+	Load       float64 `json:"load"` // reading the pending log
+	Signatures float64 `json:"signatures"`
+	IO         float64 `json:"io"` // re-execution
+	Graph      float64 `json:"graph"`
+	Persist    float64 `json:"persist"`
+	CrossCheck float64 `json:"cross_check"`
+	Total      float64 `json:"total"`
 }
 
 // OK reports whether the run found no violation.

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/storage"
@@ -55,10 +57,18 @@ func (s Scope) everything() bool {
 // Only one validation may run at a time on a Validator database.
 func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) {
 	rep := &Report{}
+	began := time.Now()
+	lap := func(into *float64) {
+		now := time.Now()
+		*into = now.Sub(began).Seconds()
+		began = now
+	}
+	defer func(start time.Time) { rep.Seconds.Total = time.Since(start).Seconds() }(began)
 	var err error
 	if rep.Recovery, err = v.Recover(ctx); err != nil {
 		return nil, err
 	}
+	lap(&rep.Seconds.Recover)
 	// Everything that ended before this point is in the pending scan below
 	// with its outcome: a transaction logged after the scan passed its
 	// bucket ended later, and so did whatever read its writes (its end
@@ -71,6 +81,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
+	lap(&rep.Seconds.Load)
 	cut := horizon + 1
 	for _, t := range pending {
 		if t.unresolved() {
@@ -78,7 +89,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 			cut = min(cut, t.Begin)
 		}
 	}
-	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*gnode{}}
+	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*gnode{}, lap: lap}
 	held := map[verKey]bool{} // versions written by transactions that wait
 	for _, t := range pending {
 		switch {
@@ -119,6 +130,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 	if err := r.persist(); err != nil {
 		return nil, err
 	}
+	lap(&rep.Seconds.Persist)
 	if !scope.everything() {
 		if rep.Violations, err = v.storedViolations(ctx, scope); err != nil {
 			return nil, err
@@ -132,6 +144,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 		if err := r.crossCheck(keys); err != nil {
 			return nil, err
 		}
+		lap(&rep.Seconds.CrossCheck)
 	}
 	return rep, nil
 }
@@ -145,6 +158,7 @@ type verKey struct {
 type state struct {
 	output []byte
 	hash   []byte
+	nonce  string // the transaction that wrote it
 }
 
 // run is one validation.
@@ -158,6 +172,7 @@ type run struct {
 	byNonce map[string]*gnode
 	found   []Violation // found in this run, stored by persist
 	mu      sync.Mutex
+	lap     func(*float64)
 }
 
 func (r *run) violation(vl Violation) {
@@ -173,9 +188,12 @@ func (r *run) validate() error {
 		return nil
 	}
 	r.checkSignatures()
+	r.lap(&r.rep.Seconds.Signatures)
 	if err := r.checkIO(); err != nil {
 		return err
 	}
+	r.lap(&r.rep.Seconds.IO)
+	defer r.lap(&r.rep.Seconds.Graph)
 	nodes, err := r.graphNodes()
 	if err != nil {
 		return err
@@ -351,7 +369,7 @@ func (r *run) state(id string, age int64) (state, bool, error) {
 	if err != nil || !ok {
 		return state{}, false, err
 	}
-	return state{output: []byte(row["output"].AsText()), hash: row["hash"].AsBlob()}, true, nil
+	return state{output: []byte(row["output"].AsText()), hash: row["hash"].AsBlob(), nonce: row["nonce"].AsText()}, true, nil
 }
 
 func (r *run) checkOne(t *Tx) error {
@@ -393,7 +411,7 @@ func (r *run) checkOne(t *Tx) error {
 					Detail: fmt.Sprintf("prev_hash %x is not the hash of %s@%d (%x)", p.PrevHash, p.ID, p.Age-1, prev.hash)})
 			}
 		}
-		r.states[verKey{p.ID, p.Age}] = state{output: res.Writes[p.ID], hash: h}
+		r.states[verKey{p.ID, p.Age}] = state{output: res.Writes[p.ID], hash: h, nonce: n}
 	}
 	return nil
 }
@@ -563,12 +581,6 @@ func (r *run) persist() error {
 		b.put(&storage.Put{Namespace: ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(t.End / endBucketSpan)},
 			Clustering: storage.Values{"end_clock": storage.BigInt(t.End), "nonce": n}, Values: storage.Values{"begin_clock": storage.BigInt(t.Begin)}})
 	}
-	for _, t := range append(slices.Clip(r.focus), r.aborted...) {
-		n := storage.Text(t.Request.Nonce)
-		b.put(&storage.Put{Namespace: ns, Table: tTxs, Partition: storage.Values{"nonce": n}, Values: storage.Values{"validated": storage.BigInt(1)}})
-		b.del(&storage.Delete{Namespace: ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))},
-			Clustering: storage.Values{"nonce": n}})
-	}
 	at := int64(0)
 	if len(r.found) > 0 {
 		var err error
@@ -581,6 +593,18 @@ func (r *run) persist() error {
 		b.put(&storage.Put{Namespace: ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)},
 			Clustering: storage.Values{"at": storage.BigInt(at), "seq": storage.BigInt(int64(i))},
 			Values:     storage.Values{"kind": storage.Text(string(vl.Kind)), "body": storage.Text(string(body))}})
+	}
+	// Everything above first: a crash between the two steps leaves the
+	// transactions pending, to be validated again, never marked validated
+	// without their states, indexes and violations.
+	if err := b.flush(); err != nil {
+		return err
+	}
+	for _, t := range append(slices.Clip(r.focus), r.aborted...) {
+		n := storage.Text(t.Request.Nonce)
+		b.put(&storage.Put{Namespace: ns, Table: tTxs, Partition: storage.Values{"nonce": n}, Values: storage.Values{"validated": storage.BigInt(1)}})
+		b.del(&storage.Delete{Namespace: ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))},
+			Clustering: storage.Values{"nonce": n}})
 	}
 	return b.flush()
 }
@@ -604,28 +628,55 @@ func (b *batcher) del(d *storage.Delete) {
 }
 
 func (b *batcher) flush() error {
-	for len(b.ms) > 0 {
-		n := min(len(b.ms), batchSize)
-		chunk := b.ms[:n]
-		err := storage.Update(b.ctx, b.db, func(tx storage.Txn) error {
-			for _, m := range chunk {
-				var err error
-				switch m := m.(type) {
-				case *storage.Put:
-					err = tx.Put(b.ctx, m)
-				case *storage.Delete:
-					err = tx.Delete(b.ctx, m)
-				}
-				if err != nil {
-					return err
+	chunks := make(chan []storage.Mutation)
+	errs := make(chan error, flushWorkers)
+	for range flushWorkers {
+		go func() {
+			var first error
+			for chunk := range chunks {
+				if first == nil {
+					first = b.write(chunk)
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("validator: recording validation: %w", err)
-		}
+			errs <- first
+		}()
+	}
+	for len(b.ms) > 0 {
+		n := min(len(b.ms), batchSize)
+		chunks <- b.ms[:n]
 		b.ms = b.ms[n:]
+	}
+	close(chunks)
+	var err error
+	for range flushWorkers {
+		err = errors.Join(err, <-errs)
+	}
+	b.ms = nil
+	return err
+}
+
+// flushWorkers write batches concurrently, so that their commits share
+// the database's group commit.
+const flushWorkers = 8
+
+func (b *batcher) write(chunk []storage.Mutation) error {
+	err := storage.Update(b.ctx, b.db, func(tx storage.Txn) error {
+		for _, m := range chunk {
+			var err error
+			switch m := m.(type) {
+			case *storage.Put:
+				err = tx.Put(b.ctx, m)
+			case *storage.Delete:
+				err = tx.Delete(b.ctx, m)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("validator: recording validation: %w", err)
 	}
 	return nil
 }

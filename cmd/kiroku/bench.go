@@ -23,7 +23,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that print their figures next to a baseline measured in the same run",
 	}
-	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd())
+	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd(), benchValidateCmd())
 	return cmd
 }
 

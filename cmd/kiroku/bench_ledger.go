@@ -23,6 +23,7 @@ import (
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/validator"
 )
 
 func benchLedgerCmd() *cobra.Command {
@@ -33,6 +34,8 @@ func benchLedgerCmd() *cobra.Command {
 		backend, dsn, dataDir  string
 		asJSON                 bool
 		profile                string
+		validatorMode          string
+		vf                     validatorFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "ledger",
@@ -60,13 +63,26 @@ round trips/s through the same client and server (no signature, one storage read
 			if err != nil {
 				return fmt.Errorf("--auth: %w", err)
 			}
-			c, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir)
+			c, proofKey, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir)
 			if err != nil {
 				return err
 			}
 			defer cleanup()
+			var exec bench.Executor = c
+			switch validatorMode {
+			case "on":
+				v, closeV, err := benchValidator(ctx, &vf, c, proofKey)
+				if err != nil {
+					return err
+				}
+				defer closeV()
+				exec = v
+			case "off":
+			default:
+				return fmt.Errorf("--validator: %q is neither on nor off", validatorMode)
+			}
 			errw := cmd.ErrOrStderr()
-			load, err := bench.LoadLedger(ctx, c, cfg, errw)
+			load, err := bench.LoadLedger(ctx, c, exec, cfg, errw)
 			if err != nil {
 				return err
 			}
@@ -82,9 +98,12 @@ round trips/s through the same client and server (no signature, one storage read
 				}
 				defer stopProfile()
 			}
-			points, err := bench.RunLedger(ctx, c, cfg, func(p bench.LedgerPoint) {
+			points, err := bench.RunLedger(ctx, c, exec, cfg, func(p bench.LedgerPoint) {
 				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, floor %.0f rpc/s\n",
 					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.FloorRPS)
+				if p.Off != nil {
+					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000)
+				}
 			})
 			if err != nil {
 				return err
@@ -98,11 +117,20 @@ round trips/s through the same client and server (no signature, one storage read
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{"workload": cfg.Workload, "auth": authName, "backend": be,
-					"payload": cfg.Payload, "load": load, "points": points})
+					"payload": cfg.Payload, "load": load, "validator": validatorMode, "validator_db": vf.db, "points": points})
 			}
-			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, %d assets × %d-byte payload, %s per point\n",
-				cfg.Workload, authName, be, cfg.Records, cfg.Payload, cfg.Duration)
+			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, validator %s, %d assets × %d-byte payload, %s per point\n",
+				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, cfg.Duration)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			if validatorMode == "on" {
+				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\toff tx/s\toff p50 ms\toff p99 ms\tlogging cost\tfloor rpc/s\t\n")
+				for _, p := range points {
+					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t%.2f\t%.2f\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
+						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, p.Off.TPS,
+						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, 100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
+				}
+				return tw.Flush()
+			}
 			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tfloor rpc/s (baseline)\t")
 			for _, p := range points {
 				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t\n", p.Threads, p.TPS,
@@ -128,28 +156,59 @@ round trips/s through the same client and server (no signature, one storage read
 	f.StringVar(&dataDir, "data-dir", "", "without --server: the server's data directory (default: temporary)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
+	f.StringVar(&validatorMode, "validator", "off", "on: execute through a Validator (logging phase), and run each point again with it off")
+	vf.add(cmd)
 	return cmd
 }
 
+// benchValidator opens a Validator over c, on a temporary engine database
+// unless --validator-dir or --validator-dsn say otherwise.
+func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, proofKey auth.Verifier) (*validator.Validator, func(), error) {
+	cleanup := func() {}
+	if vf.db == "engine" && vf.dir == "" {
+		tmp, err := os.MkdirTemp("", "kiroku-bench-validator-*")
+		if err != nil {
+			return nil, nil, err
+		}
+		vf.dir = tmp
+		cleanup = func() { os.RemoveAll(tmp) }
+	}
+	db, err := vf.openDB(ctx)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	v, err := vf.open(ctx, db, c, proofKey)
+	if err != nil {
+		db.Close()
+		cleanup()
+		return nil, nil, err
+	}
+	rm := cleanup
+	return v, func() { db.Close(); rm() }, nil
+}
+
 // benchLedgerClient returns a client with a registered identity of the
-// given scheme, on an in-process server or on --server.
-func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string) (*client.Client, func(), error) {
+// given scheme, on an in-process server or on --server, and for an
+// in-process server its proof verifier (an HMAC proof key cannot be
+// fetched).
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string) (_ *client.Client, proofKey auth.Verifier, _ func(), _ error) {
 	cleanup := func() {}
 	var cfg client.Config
 	if addr != "" {
 		if configFile == "" {
-			return nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
+			return nil, nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
 		}
 		var err error
 		if cfg, err = client.LoadConfig(configFile); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cfg.Server = addr
 	} else {
 		if dataDir == "" {
 			tmp, err := os.MkdirTemp("", "kiroku-bench-ledger-*")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			dataDir = tmp
 			cleanup = func() { os.RemoveAll(tmp) }
@@ -161,10 +220,11 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			cleanup()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		rm := cleanup
 		cleanup = func() { srv.Stop(5 * time.Second); rm() }
+		proofKey = srv.ProofVerifier
 		cfg = client.Config{Server: srv.Addr(), AdminToken: hex.EncodeToString(tok)}
 		suffix := make([]byte, 4)
 		rand.Read(suffix)
@@ -176,14 +236,14 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			cfg.PrivateKeyPEM, cfg.CertificatePEM, err = auth.GenerateIdentity(cfg.Entity, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
 			if err != nil {
 				cleanup()
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 	}
 	c, err := client.Dial(cfg)
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if cfg.AdminToken != "" {
 		if scheme == auth.SchemeHMAC {
@@ -194,9 +254,9 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 		if err != nil && !errors.Is(err, ledger.ErrIdentityExists) {
 			c.Close()
 			cleanup()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	rm := cleanup
-	return c, func() { c.Close(); rm() }, nil
+	return c, proofKey, func() { c.Close(); rm() }, nil
 }

@@ -36,7 +36,7 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd())
+	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd(), validateCmd())
 	root.AddCommand(clientCmds()...)
 	return root
 }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/postgres"
+	"github.com/kiroku-db/kiroku/validator"
+)
+
+// validatorFlags select and open the Validator database.
+type validatorFlags struct {
+	db, dir, dsn, namespace string
+	counters, scanEvery     int
+	txTimeout               time.Duration
+}
+
+func (vf *validatorFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&vf.db, "validator-db", "engine", "the Validator database: engine (its own data directory) or postgres")
+	f.StringVar(&vf.dir, "validator-dir", "", "data directory of an engine Validator database")
+	f.StringVar(&vf.dsn, "validator-dsn", "", "PostgreSQL DSN of a postgres Validator database")
+	f.StringVar(&vf.namespace, "validator-namespace", validator.DefaultNamespace, "namespace of the Validator's tables")
+	f.IntVar(&vf.counters, "clock-counters", 0, "K, the clock table's counters (0: 16)")
+	f.IntVar(&vf.scanEvery, "clock-scan-every", 0, "N: begin clocks scan the clock table every Nth time (0 or 1: always)")
+	f.DurationVar(&vf.txTimeout, "tx-timeout", 30*time.Second, "the ledger's transaction timeout, for in-doubt recovery")
+}
+
+// openDB opens the Validator database.
+func (vf *validatorFlags) openDB(ctx context.Context) (storage.Backend, error) {
+	switch vf.db {
+	case "engine":
+		if vf.dir == "" {
+			return nil, errors.New("--validator-db=engine needs --validator-dir")
+		}
+		return engine.Open(engine.Config{Dir: vf.dir})
+	case "postgres":
+		if vf.dsn == "" {
+			return nil, errors.New("--validator-db=postgres needs --validator-dsn")
+		}
+		return postgres.Open(ctx, postgres.Config{DSN: vf.dsn})
+	}
+	return nil, fmt.Errorf("--validator-db: %q is neither engine nor postgres", vf.db)
+}
+
+// open opens the Validator over c; proofKey nil pins the ledger's ECDSA
+// key.
+func (vf *validatorFlags) open(ctx context.Context, db storage.Backend, c *client.Client, proofKey auth.Verifier) (*validator.Validator, error) {
+	return validator.Open(ctx, validator.Config{DB: db, Namespace: vf.namespace, Client: c, TxTimeout: vf.txTimeout, LedgerKey: proofKey,
+		Clock: validator.ClockConfig{Counters: vf.counters, ScanEvery: vf.scanEvery}})
+}
+
+func validateCmd() *cobra.Command {
+	var (
+		cf    clientFlags
+		vf    validatorFlags
+		scope validator.Scope
+	)
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Validator: validate what was logged and report Byzantine faults of the ledger",
+		Long: `Runs the Validator's validation phase (seed 000, Algorithm 2) over every transaction logged in the
+Validator database since the last run: resolves in-doubt transactions with the ledger, checks
+receipt and proof signatures, re-executes each contract on the Validator's own states, checks the
+multi-version serialization graph for cycles and the clocks for stale reads. It then reports the
+violations in scope — a key (--key, with --age for one version), a key range (--key-start,
+--key-end), a transaction (--tx), or, by default, everything this run validated — and, with
+--cross-check, compares the ledger's history of those keys with the log.
+The exit status is non-zero on any violation.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			db, err := vf.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			v, err := vf.open(ctx, db, c, nil)
+			if err != nil {
+				return err
+			}
+			rep, err := v.Validate(ctx, scope)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if cf.asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				rep.Print(w)
+			}
+			if !rep.OK() {
+				cmd.SilenceUsage = true
+				return fmt.Errorf("validate: %d violations", len(rep.Violations))
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
+	vf.add(cmd)
+	f := cmd.Flags()
+	f.StringVar(&scope.Key, "key", "", "report violations on this asset")
+	f.Int64Var(&scope.Age, "age", -1, "with --key: only this version (-1: all)")
+	f.StringVar(&scope.KeyStart, "key-start", "", "report violations on assets from this id")
+	f.StringVar(&scope.KeyEnd, "key-end", "", "... up to (not including) this id")
+	f.StringVar(&scope.Nonce, "tx", "", "report violations involving this transaction (nonce)")
+	f.BoolVar(&scope.CrossCheck, "cross-check", true, "compare the ledger's history of the keys in scope with the log")
+	return cmd
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/validator"
+)
+
+// TestValidateCommand logs transactions through a Validator, validates
+// them with `kiroku validate` (clean, exit 0), then tampers with a stored
+// output in the ledger and expects the command to report it (exit ≠ 0).
+func TestValidateCommand(t *testing.T) {
+	ctx := context.Background()
+	const token = "cli-test-token-0123456789"
+	srv, err := server.Start(ctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		AdminToken: token, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(time.Second)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "client.json")
+	if err := os.WriteFile(cfg, []byte(`{"server":"`+srv.Addr()+`","entity":"ops","secret_hex":"`+strings.Repeat("cd", 32)+`","admin_token_file":"token"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vdir := filepath.Join(dir, "validator")
+
+	// Log some transactions with the library, as an application would.
+	ccfg, err := client.LoadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := engine.Open(engine.Config{Dir: vdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := validator.Open(ctx, validator.Config{DB: db, Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{`{"prefix":"k","first":0,"count":3,"payload":"x"}`} {
+		if _, err := v.Execute(ctx, "builtin.bulk_load", []byte(arg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"k0", "k1", "k0"} {
+		if _, err := v.Execute(ctx, "builtin.ycsb_f", []byte(`{"id":"`+id+`","payload":"y"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close() // the command opens the same data directory
+
+	out, err := run(t, "validate", "--config", cfg, "--validator-dir", vdir)
+	if err != nil || !strings.Contains(out, "validated 4 transactions") || !strings.Contains(out, "no violations") {
+		t.Fatalf("clean validate: %v\n%s", err, out)
+	}
+	// The ledger's operator rewrites k0@1.
+	if err := srv.Backend.Put(ctx, &storage.Put{Namespace: ledger.DefaultNamespace, Table: ledger.AssetsTable,
+		Partition: storage.Values{"id": storage.Text("k0")}, Clustering: storage.Values{"age": storage.BigInt(1)},
+		Values: storage.Values{"output": storage.Text(`{"payload":"forged","updates":1}`)}, Condition: storage.IfExists()}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "validate", "--config", cfg, "--validator-dir", vdir, "--key", "k0", "--json")
+	if err == nil {
+		t.Fatalf("tampering not reported:\n%s", out)
+	}
+	var rep validator.Report
+	if jerr := json.Unmarshal([]byte(out[strings.Index(out, "{"):strings.LastIndex(out, "}")+1]), &rep); jerr != nil {
+		t.Fatalf("%v\n%s", jerr, out)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].Kind != validator.KindIODivergence || rep.Violations[0].Key != "k0" || rep.Violations[0].Age != 1 {
+		t.Fatalf("report: %+v", rep.Violations)
+	}
+}
+
+func TestBenchValidate(t *testing.T) {
+	out, err := run(t, "bench", "validate", "--records", "50", "--txs", "300", "--threads", "4", "--json")
+	if err != nil {
+		t.Fatalf("bench validate: %v\n%s", err, out)
+	}
+	var res struct {
+		Validated  int
+		TPS        float64 `json:"tx_per_s"`
+		GraphNodes int     `json:"graph_nodes"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Validated != 301 || res.TPS <= 0 || res.GraphNodes < 300 {
+		t.Fatalf("bench validate: %+v\n%s", res, out)
+	}
+}
+
+func TestBenchLedgerValidator(t *testing.T) {
+	out, err := run(t, "bench", "ledger", "--records", "60", "--threads", "2", "--warmup", "0s", "--duration", "300ms",
+		"--load-batch", "25", "--validator", "on", "--json")
+	if err != nil {
+		t.Fatalf("bench ledger --validator on: %v\n%s", err, out)
+	}
+	var res struct {
+		Points []struct {
+			TPS float64 `json:"tx_per_s"`
+			Off *struct {
+				TPS float64 `json:"tx_per_s"`
+			} `json:"validator_off"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
+		t.Fatalf("bench ledger --validator on: %+v", res)
+	}
+}
