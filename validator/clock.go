@@ -78,37 +78,73 @@ func (c *Clock) Begin(ctx context.Context) (int64, error) {
 func (c *Clock) End(ctx context.Context) (int64, error) { return c.tick(ctx) }
 
 // tick scans every counter, takes max + 1 and raises one counter to it.
+// A backend may fail a lone read or write with a retryable conflict
+// (PostgreSQL's SERIALIZABLE does); those are retried.
 func (c *Clock) tick(ctx context.Context) (int64, error) {
-	rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
-		Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
-	if err != nil {
-		return 0, fmt.Errorf("validator: reading the clock: %w", err)
-	}
 	var max int64
-	for rows.Next() {
-		if v := rows.Row()["value"].AsBigInt(); v > max {
-			max = v
-		}
-	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
+	if err := retry(ctx, func() error {
+		var err error
+		max, err = c.scanMax(ctx)
+		return err
+	}); err != nil {
 		return 0, fmt.Errorf("validator: reading the clock: %w", err)
 	}
-	rows.Close()
 	t := max + 1
 	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
-	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
-		Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
-		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
-		// ErrConditionNotMet: another caller already raised the counter
-		// past t, which a scan will see as well.
+	err := retry(ctx, func() error {
+		err := c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
+			Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
+			Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
+		if errors.Is(err, storage.ErrConditionNotMet) {
+			// Another caller already raised the counter past t, which a
+			// scan will see as well.
+			return nil
+		}
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("validator: advancing the clock: %w", err)
 	}
 	for {
 		s := c.seen.Load()
 		if s >= t || c.seen.CompareAndSwap(s, t) {
 			return t, nil
+		}
+	}
+}
+
+func (c *Clock) scanMax(ctx context.Context) (int64, error) {
+	rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
+		Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var max int64
+	for rows.Next() {
+		max = maxOf(max, rows.Row()["value"].AsBigInt())
+	}
+	return max, rows.Err()
+}
+
+func maxOf(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// retry runs op until it succeeds, fails for good, or the default retry
+// policy gives up on retryable conflicts.
+func retry(ctx context.Context, op func() error) error {
+	var p storage.RetryPolicy
+	for failure := 1; ; failure++ {
+		err := op()
+		if err == nil || !storage.IsRetryable(err) || failure >= 20 {
+			return err
+		}
+		if serr := p.Sleep(ctx, failure); serr != nil {
+			return errors.Join(err, serr)
 		}
 	}
 }

@@ -23,7 +23,7 @@ type Recovery struct {
 func (v *Validator) pendingTxs(ctx context.Context) ([]*Tx, error) {
 	var out []*Tx
 	for b := range int64(pendingBuckets) {
-		rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(b)},
+		rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(b)},
 			Projection: []string{"nonce"}})
 		if err != nil {
 			return nil, err
@@ -47,7 +47,7 @@ func (v *Validator) pendingTxs(ctx context.Context) ([]*Tx, error) {
 
 // loadTx reads a logged transaction; nil if it is not logged.
 func (v *Validator) loadTx(ctx context.Context, nonce string) (*Tx, error) {
-	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
+	row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -364,7 +364,7 @@ func (r *run) state(id string, age int64) (state, bool, error) {
 	if s, ok := r.states[verKey{id, age}]; ok {
 		return s, true, nil
 	}
-	row, ok, err := r.v.db.Get(r.ctx, &storage.Get{Namespace: r.v.ns, Table: tStates, Partition: storage.Values{"id": storage.Text(id)},
+	row, ok, err := r.v.get(r.ctx, &storage.Get{Namespace: r.v.ns, Table: tStates, Partition: storage.Values{"id": storage.Text(id)},
 		Clustering: storage.Values{"age": storage.BigInt(age)}})
 	if err != nil || !ok {
 		return state{}, false, err
@@ -500,7 +500,7 @@ func (r *run) graphNodes() ([]*gnode, error) {
 
 // clockMax returns the highest clock value handed out so far.
 func (v *Validator) clockMax(ctx context.Context) (int64, error) {
-	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)}})
+	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)}})
 	if err != nil {
 		return 0, err
 	}
@@ -520,7 +520,7 @@ func (v *Validator) clockMax(ctx context.Context) (int64, error) {
 func (v *Validator) endedBetween(ctx context.Context, lo, hi int64) ([]*Tx, error) {
 	var out []*Tx
 	for b := lo / endBucketSpan; b <= (hi-1)/endBucketSpan && lo < hi; b++ {
-		rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(b)},
+		rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(b)},
 			Start: &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(lo)}, Inclusive: true},
 			End:   &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(hi)}, Inclusive: false}})
 		if err != nil {
@@ -545,7 +545,7 @@ func (v *Validator) endedBetween(ctx context.Context, lo, hi int64) ([]*Tx, erro
 
 // accesses returns the accesses index rows of key id with ages in [lo, hi].
 func (v *Validator) accesses(ctx context.Context, id string, lo, hi int64) ([]storage.Row, error) {
-	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(id)},
+	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(id)},
 		Start: &storage.Bound{Key: storage.Values{"age": storage.BigInt(lo)}, Inclusive: true},
 		End:   &storage.Bound{Key: storage.Values{"age": storage.BigInt(hi)}, Inclusive: true}})
 	if err != nil {
@@ -560,10 +560,11 @@ func (v *Validator) accesses(ctx context.Context, id string, lo, hi int64) ([]st
 func (r *run) persist() error {
 	b := &batcher{ctx: r.ctx, db: r.v.db}
 	ns := r.v.ns
+	keys := map[string]int64{} // once each: concurrent batches must not write one row twice
 	for _, t := range r.focus {
 		n := storage.Text(t.Request.Nonce)
 		for _, p := range t.Proofs {
-			if s, ok := r.states[verKey{p.ID, p.Age}]; ok {
+			if s, ok := r.states[verKey{p.ID, p.Age}]; ok && s.nonce == t.Request.Nonce {
 				b.put(&storage.Put{Namespace: ns, Table: tStates, Partition: storage.Values{"id": storage.Text(p.ID)},
 					Clustering: storage.Values{"age": storage.BigInt(p.Age)},
 					Values:     storage.Values{"output": storage.Text(string(s.output)), "hash": storage.Blob(s.hash), "nonce": n}})
@@ -574,12 +575,15 @@ func (r *run) persist() error {
 			for k, a := range m {
 				b.put(&storage.Put{Namespace: ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(k)},
 					Clustering: storage.Values{"age": storage.BigInt(a), "op": storage.Text(op), "nonce": n}, Values: clocks})
-				b.put(&storage.Put{Namespace: ns, Table: tKeys, Partition: storage.Values{"bucket": storage.Text(keysBucket)},
-					Clustering: storage.Values{"id": storage.Text(k)}, Values: storage.Values{"seen": storage.BigInt(t.End)}})
+				keys[k] = max(keys[k], t.End)
 			}
 		}
 		b.put(&storage.Put{Namespace: ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(t.End / endBucketSpan)},
 			Clustering: storage.Values{"end_clock": storage.BigInt(t.End), "nonce": n}, Values: storage.Values{"begin_clock": storage.BigInt(t.Begin)}})
+	}
+	for k, seen := range keys {
+		b.put(&storage.Put{Namespace: ns, Table: tKeys, Partition: storage.Values{"bucket": storage.Text(keysBucket)},
+			Clustering: storage.Values{"id": storage.Text(k)}, Values: storage.Values{"seen": storage.BigInt(seen)}})
 	}
 	at := int64(0)
 	if len(r.found) > 0 {
@@ -683,7 +687,7 @@ func (b *batcher) write(chunk []storage.Mutation) error {
 
 // storedViolations returns the recorded violations in scope.
 func (v *Validator) storedViolations(ctx context.Context, s Scope) ([]Violation, error) {
-	rows, err := v.db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)}})
+	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)}})
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func (v *Validator) pinLedgerKey(ctx context.Context) (auth.Verifier, error) {
 		return nil, fmt.Errorf("%w: the ledger signs with %s; give its key in Config.LedgerKey", ErrUnverifiable, k.Scheme)
 	}
 	meta := &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("ledger_key")}}
-	row, ok, err := v.db.Get(ctx, meta)
+	row, ok, err := v.get(ctx, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -255,8 +255,10 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
 	}
 	t.End = end
-	err = v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
-		Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
+	err = retry(ctx, func() error {
+		return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
+			Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
+	})
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
 	}
@@ -286,7 +288,7 @@ func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, e
 		return c.(ledger.Contract), nil
 	}
 	var source []byte
-	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)}})
+	row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)}})
 	if err != nil {
 		return nil, err
 	}
@@ -312,4 +314,32 @@ func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, e
 	}
 	v.contracts.Store(id, c)
 	return c, nil
+}
+
+// get reads one row outside a transaction, retrying retryable conflicts
+// (PostgreSQL's SERIALIZABLE can fail even a lone read).
+func (v *Validator) get(ctx context.Context, g *storage.Get) (row storage.Row, ok bool, err error) {
+	err = retry(ctx, func() error {
+		row, ok, err = v.db.Get(ctx, g)
+		return err
+	})
+	return row, ok, err
+}
+
+// scanRows reads a whole partition range outside a transaction, retrying
+// retryable conflicts.
+func (v *Validator) scanRows(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	var all []storage.Row
+	err := retry(ctx, func() error {
+		rows, err := v.db.Scan(ctx, s)
+		if err != nil {
+			return err
+		}
+		all, err = storage.CollectRows(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return storage.SliceRows(all), nil
 }
