@@ -46,6 +46,43 @@ func FuzzParseCertificatePEM(f *testing.F) {
 	})
 }
 
+// FuzzParsePublicKeyPEM: a ledger's published proof key is untrusted input
+// to a Validator. Whatever is accepted is a usable P-256 key and encodes
+// back to the same key.
+func FuzzParsePublicKeyPEM(f *testing.F) {
+	key := fuzzKey(f)
+	pub, err := MarshalPublicKeyPEM(&key.PublicKey)
+	if err != nil {
+		f.Fatal(err)
+	}
+	keyPEM, certPEM := mustIdentity(f)
+	f.Add(pub)
+	f.Add(append(bytes.Clone(pub), pub...))
+	f.Add(keyPEM)
+	f.Add(certPEM)
+	f.Add([]byte("-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----\n"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		k, err := ParsePublicKeyPEM(in)
+		if err != nil {
+			if !errors.Is(err, ErrBadKey) || k != nil {
+				t.Fatalf("rejection %v (key %v) does not wrap ErrBadKey alone", err, k)
+			}
+			return
+		}
+		if _, err := NewECDSAVerifier(k); err != nil {
+			t.Fatalf("accepted key unusable for verification: %v", err)
+		}
+		again, err := MarshalPublicKeyPEM(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k2, err := ParsePublicKeyPEM(again); err != nil || !k2.Equal(k) {
+			t.Fatalf("re-encoded key does not parse back: %v", err)
+		}
+	})
+}
+
 // fuzzKey returns a fixed P-256 key so that every fuzzing worker process
 // agrees on which signatures are genuine.
 func fuzzKey(f *testing.F) *ecdsa.PrivateKey {

@@ -27,6 +27,7 @@ const (
 	pemPKCS8Key     = "PRIVATE KEY"
 	pemSEC1Key      = "EC PRIVATE KEY"
 	pemECParameters = "EC PARAMETERS"
+	pemPublicKey    = "PUBLIC KEY"
 )
 
 // splitPEM decodes data as a sequence of PEM blocks separated only by
@@ -192,6 +193,45 @@ func MarshalPrivateKeyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
 		return nil, fmt.Errorf("auth: private key: %w: %w", ErrBadKey, err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: pemPKCS8Key, Bytes: der}), nil
+}
+
+// MarshalPublicKeyPEM encodes a P-256 public key as a PKIX "PUBLIC KEY"
+// PEM block, the form in which a ledger publishes its proof key.
+func MarshalPublicKeyPEM(pub *ecdsa.PublicKey) ([]byte, error) {
+	if err := checkPublicKey(pub); err != nil {
+		return nil, fmt.Errorf("auth: public key: %w", err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("auth: public key: %w: %w", ErrBadKey, err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: pemPublicKey, Bytes: der}), nil
+}
+
+// ParsePublicKeyPEM parses what MarshalPublicKeyPEM writes: exactly one
+// "PUBLIC KEY" block without headers, nothing but whitespace around it, at
+// most 16 KiB, holding an ECDSA P-256 key. Any failure yields an error
+// wrapping [ErrBadKey].
+func ParsePublicKeyPEM(pemBytes []byte) (*ecdsa.PublicKey, error) {
+	blocks, err := splitPEM(pemBytes)
+	if err != nil {
+		return nil, fmt.Errorf("auth: public key: %w: %w", ErrBadKey, err)
+	}
+	if len(blocks) != 1 || blocks[0].Type != pemPublicKey || len(blocks[0].Headers) != 0 {
+		return nil, fmt.Errorf("auth: public key: %w: want exactly one %q PEM block without headers", ErrBadKey, pemPublicKey)
+	}
+	k, err := x509.ParsePKIXPublicKey(blocks[0].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("auth: public key: %w: %w", ErrBadKey, err)
+	}
+	pub, ok := k.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("auth: public key: %w: %s, want ECDSA P-256", ErrBadKey, keyKind(k))
+	}
+	if err := checkPublicKey(pub); err != nil {
+		return nil, fmt.Errorf("auth: public key: %w", err)
+	}
+	return pub, nil
 }
 
 // GenerateIdentity creates a fresh P-256 key pair and a self-signed X.509

@@ -27,9 +27,6 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -246,7 +243,11 @@ func proofKey(dir string, scheme auth.Scheme) (auth.Signer, auth.Verifier, *api.
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return s, v, &api.LedgerKey{Scheme: scheme.String(), PublicKeyPem: publicPEM(&k.PublicKey), Fingerprint: auth.Fingerprint(&k.PublicKey)}, nil
+		pub, err := auth.MarshalPublicKeyPEM(&k.PublicKey)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return s, v, &api.LedgerKey{Scheme: scheme.String(), PublicKeyPem: string(pub), Fingerprint: auth.Fingerprint(&k.PublicKey)}, nil
 	case auth.SchemeHMAC:
 		secret, err := auth.LoadOrCreateSecretKey(filepath.Join(dir, "ledger-hmac.key"))
 		if err != nil {
@@ -263,14 +264,6 @@ func proofKey(dir string, scheme auth.Scheme) (auth.Signer, auth.Verifier, *api.
 		return s, v, &api.LedgerKey{Scheme: scheme.String(), Fingerprint: auth.HMACKeyFingerprint(secret)}, nil
 	}
 	return nil, nil, nil, fmt.Errorf("server: unknown proof scheme %v", scheme)
-}
-
-func publicPEM(k *ecdsa.PublicKey) string {
-	der, err := x509.MarshalPKIXPublicKey(k)
-	if err != nil {
-		return ""
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 }
 
 // metrics are the server's Prometheus metrics.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -60,20 +58,12 @@ type byzProxy struct {
 	requests map[string]*api.ExecuteRequest // every execute seen, by nonce
 }
 
-// startByzLedger starts a real server like startLedger, and returns its
-// data directory too, for the proof key.
+// startByzLedger starts a real server, and returns its data directory
+// too, for the proof key.
 func startByzLedger(t *testing.T) (*server.Running, string) {
 	t.Helper()
 	dir := t.TempDir()
-	o := server.Options{DataDir: dir, Listen: "127.0.0.1:0", AdminToken: adminToken,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	o.Engine.EpochInterval = 5 * time.Millisecond
-	r, err := server.Start(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Stop(time.Second) })
-	return r, dir
+	return startLedgerAt(t, dir), dir
 }
 
 // startByzProxy serves a proxy of srv on a loopback port, signing what it

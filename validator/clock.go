@@ -81,17 +81,13 @@ func (c *Clock) End(ctx context.Context) (int64, error) { return c.tick(ctx) }
 // A backend may fail a lone read or write with a retryable conflict
 // (PostgreSQL's SERIALIZABLE does); those are retried.
 func (c *Clock) tick(ctx context.Context) (int64, error) {
-	var max int64
-	if err := retry(ctx, func() error {
-		var err error
-		max, err = c.scanMax(ctx)
-		return err
-	}); err != nil {
-		return 0, fmt.Errorf("validator: reading the clock: %w", err)
+	latest, err := c.latest(ctx)
+	if err != nil {
+		return 0, err
 	}
-	t := max + 1
+	t := latest + 1
 	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
-	err := retry(ctx, func() error {
+	err = retry(ctx, func() error {
 		err := c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
 			Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
 			Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
@@ -113,25 +109,26 @@ func (c *Clock) tick(ctx context.Context) (int64, error) {
 	}
 }
 
-func (c *Clock) scanMax(ctx context.Context) (int64, error) {
-	rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
-		Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
+// latest returns the highest value any counter holds.
+func (c *Clock) latest(ctx context.Context) (int64, error) {
+	var m int64
+	err := retry(ctx, func() error {
+		rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
+			Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		m = 0
+		for rows.Next() {
+			m = max(m, rows.Row()["value"].AsBigInt())
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("validator: reading the clock: %w", err)
 	}
-	defer rows.Close()
-	var max int64
-	for rows.Next() {
-		max = maxOf(max, rows.Row()["value"].AsBigInt())
-	}
-	return max, rows.Err()
-}
-
-func maxOf(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
+	return m, nil
 }
 
 // retry runs op until it succeeds, fails for good, or the default retry

@@ -21,7 +21,14 @@ const adminToken = "0123456789abcdef0123"
 // startLedger starts a real kiroku server on the embedded engine.
 func startLedger(t *testing.T) *server.Running {
 	t.Helper()
-	o := server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: adminToken,
+	return startLedgerAt(t, t.TempDir())
+}
+
+// startLedgerAt starts a real kiroku server on the embedded engine with its
+// data (and proof key) in dir.
+func startLedgerAt(t *testing.T, dir string) *server.Running {
+	t.Helper()
+	o := server.Options{DataDir: dir, Listen: "127.0.0.1:0", AdminToken: adminToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	o.Engine.EpochInterval = 5 * time.Millisecond
 	r, err := server.Start(context.Background(), o)

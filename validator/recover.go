@@ -45,6 +45,17 @@ func (v *Validator) pendingTxs(ctx context.Context) ([]*Tx, error) {
 	return out, nil
 }
 
+// scanPending reads the clock's latest value, then every pending
+// transaction.
+func (v *Validator) scanPending(ctx context.Context) (int64, []*Tx, error) {
+	horizon, err := v.clock.latest(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	txs, err := v.pendingTxs(ctx)
+	return horizon, txs, err
+}
+
 // loadTx reads a logged transaction; nil if it is not logged.
 func (v *Validator) loadTx(ctx context.Context, nonce string) (*Tx, error) {
 	row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
@@ -61,11 +72,16 @@ func (v *Validator) loadTx(ctx context.Context, nonce string) (*Tx, error) {
 // then stamped aborted — if the ledger commits it later anyway, validation
 // finds versions no logged transaction accounts for.
 func (v *Validator) Recover(ctx context.Context) (Recovery, error) {
-	var rec Recovery
 	txs, err := v.pendingTxs(ctx)
 	if err != nil {
-		return rec, err
+		return Recovery{}, err
 	}
+	return v.recover(ctx, txs)
+}
+
+// recover resolves the unresolved transactions among txs, in place.
+func (v *Validator) recover(ctx context.Context, txs []*Tx) (Recovery, error) {
+	var rec Recovery
 	for _, t := range txs {
 		if !t.unresolved() {
 			continue

@@ -64,24 +64,26 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 		began = now
 	}
 	defer func(start time.Time) { rep.Seconds.Total = time.Since(start).Seconds() }(began)
-	var err error
-	if rep.Recovery, err = v.Recover(ctx); err != nil {
-		return nil, err
-	}
-	lap(&rep.Seconds.Recover)
-	// Everything that ended before this point is in the pending scan below
-	// with its outcome: a transaction logged after the scan passed its
-	// bucket ended later, and so did whatever read its writes (its end
+	// Everything that ended before horizon is in the pending scan that
+	// follows, with its outcome: a transaction logged after the scan passed
+	// its bucket ended later, and so did whatever read its writes (its end
 	// scan saw at least horizon).
-	horizon, err := v.clockMax(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pending, err := v.pendingTxs(ctx)
+	horizon, pending, err := v.scanPending(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lap(&rep.Seconds.Load)
+	if rep.Recovery, err = v.recover(ctx, pending); err != nil {
+		return nil, err
+	}
+	if rep.Recovery.Committed+rep.Recovery.Aborted+rep.Recovery.TimedOut > 0 {
+		// The stamps just made lie beyond horizon: scan again, so the
+		// recovered transactions are validated in this run.
+		if horizon, pending, err = v.scanPending(ctx); err != nil {
+			return nil, err
+		}
+	}
+	lap(&rep.Seconds.Recover)
 	cut := horizon + 1
 	for _, t := range pending {
 		if t.unresolved() {
@@ -439,7 +441,7 @@ func (r *run) graphNodes() ([]*gnode, error) {
 	}
 	// Validated transactions that overlap: those that ended at or after
 	// lo; widen lo to the earliest begin among them until it is stable.
-	hi, err := r.v.clockMax(r.ctx)
+	hi, err := r.v.clock.latest(r.ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -496,23 +498,6 @@ func (r *run) graphNodes() ([]*gnode, error) {
 		}
 	}
 	return nodes, nil
-}
-
-// clockMax returns the highest clock value handed out so far.
-func (v *Validator) clockMax(ctx context.Context) (int64, error) {
-	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)}})
-	if err != nil {
-		return 0, err
-	}
-	all, err := storage.CollectRows(rows)
-	if err != nil {
-		return 0, err
-	}
-	var m int64
-	for _, row := range all {
-		m = max(m, row["value"].AsBigInt())
-	}
-	return m, nil
 }
 
 // endedBetween loads the validated transactions whose end clock is in
@@ -622,9 +607,8 @@ type batcher struct {
 
 const batchSize = 512
 
-func (b *batcher) put(p *storage.Put) error {
+func (b *batcher) put(p *storage.Put) {
 	b.ms = append(b.ms, p)
-	return nil
 }
 
 func (b *batcher) del(d *storage.Delete) {

@@ -2,9 +2,6 @@ package validator
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync"
@@ -121,12 +118,6 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 	return v, nil
 }
 
-// Clock returns the Validator's logical clock.
-func (v *Validator) Clock() *Clock { return v.clock }
-
-// Client returns the SDK the Validator wraps.
-func (v *Validator) Client() *client.Client { return v.c }
-
 // pinLedgerKey fetches the ledger's public key, stores it on first use and
 // refuses a different one later.
 func (v *Validator) pinLedgerKey(ctx context.Context) (auth.Verifier, error) {
@@ -162,17 +153,9 @@ func (v *Validator) pinLedgerKey(ctx context.Context) (auth.Verifier, error) {
 }
 
 func parsePublicKey(pemBytes []byte) (auth.Verifier, error) {
-	b, _ := pem.Decode(pemBytes)
-	if b == nil || b.Type != "PUBLIC KEY" {
-		return nil, fmt.Errorf("%w: the ledger's key is not a PEM public key", ErrUnverifiable)
-	}
-	k, err := x509.ParsePKIXPublicKey(b.Bytes)
+	pub, err := auth.ParsePublicKeyPEM(pemBytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnverifiable, err)
-	}
-	pub, ok := k.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("%w: the ledger's key is not ECDSA", ErrUnverifiable)
+		return nil, fmt.Errorf("%w: the ledger's key: %w", ErrUnverifiable, err)
 	}
 	return auth.NewECDSAVerifier(pub)
 }
@@ -223,8 +206,7 @@ func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*led
 // definitive reports whether err is the ledger's own answer that it did not
 // commit (a refusal or an abort), not a lost or ambiguous reply.
 func definitive(err error) bool {
-	k := ledger.Kind(err)
-	return k != "" && k != "nonce_reused" && k != "not_found"
+	return ledger.Kind(err) != "" && !errors.Is(err, ledger.ErrNonceReused) && !errors.Is(err, ledger.ErrNotFound)
 }
 
 func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
