@@ -54,6 +54,9 @@ type EngineResult struct {
 	DurableP50     float64 `json:"commit_to_durable_p50_ms"`
 	DurableP99     float64 `json:"commit_to_durable_p99_ms"`
 	DurableSamples int64   `json:"commit_to_durable_samples"`
+	// SyncP50 and SyncP99: the sync clients' begin-to-durable latency.
+	SyncP50 float64 `json:"sync_begin_to_durable_p50_ms"`
+	SyncP99 float64 `json:"sync_begin_to_durable_p99_ms"`
 	// With Recovery:
 	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
 	LogBytes          int64   `json:"log_bytes,omitempty"`
@@ -109,7 +112,11 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if err != nil {
 		return res, err
 	}
-	defer func() { db.Close() }()
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+	}()
 	if err := db.CreateNamespace(ctx, "bench"); err != nil {
 		return res, err
 	}
@@ -259,6 +266,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	// The watcher notes when each epoch became durable, without hurrying
 	// the loggers.
 	durableAt := map[uint64]int64{}
+	var seen atomic.Uint64 // the durable epoch the watcher has recorded
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -277,6 +285,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 				durableAt[e] = now
 			}
 			d = nd
+			seen.Store(d)
 		}
 	}()
 	select {
@@ -286,7 +295,22 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	stop.Store(true)
 	elapsed := time.Since(start)
 	wg.Wait()
-	time.Sleep(3 * cfg.Epoch) // let the last epochs become durable
+	// Every sampled commit must become durable and be seen by the watcher
+	// before it stops: dropping the slowest samples would flatter p99.
+	var lastSampled uint64
+	for _, ss := range samples {
+		for _, x := range ss {
+			lastSampled = max(lastSampled, x.epoch)
+		}
+	}
+	if cfg.Log != "none" && firstErr == nil {
+		if err := db.WaitDurable(ctx, lastSampled); err != nil {
+			fail(err)
+		}
+		for seen.Load() < lastSampled && ctx.Err() == nil && firstErr == nil {
+			time.Sleep(cfg.Epoch / 4)
+		}
+	}
 	stopWatch()
 	<-watchDone
 	if firstErr != nil {
@@ -298,10 +322,12 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		}
 		res.LogBytes = dirSize(dir, "log-")
 		t0 := time.Now()
-		db, err = engine.Open(ecfg)
+		reopened, err := engine.Open(ecfg)
 		if err != nil {
+			db = nil // closed above; nothing for the deferred Close
 			return res, fmt.Errorf("recovery: %w", err)
 		}
+		db = reopened
 		res.RecoverySeconds = time.Since(t0).Seconds()
 	}
 	res.Seconds = elapsed.Seconds()
@@ -322,8 +348,9 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 			}
 		}
 	}
-	lat.Merge(syncHist)
 	res.DurableSamples = lat.TotalCount()
+	res.SyncP50 = float64(syncHist.ValueAtQuantile(50)) / 1000
+	res.SyncP99 = float64(syncHist.ValueAtQuantile(99)) / 1000
 	res.DurableP50 = float64(lat.ValueAtQuantile(50)) / 1000
 	res.DurableP99 = float64(lat.ValueAtQuantile(99)) / 1000
 	return res, nil

@@ -209,6 +209,27 @@ func RunLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerC
 func runLedgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, threads int, d time.Duration, seed uint64, floor bool) (LedgerPoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	return ledgerLoop(ctx, c, exec, cfg, threads, 0, seed, floor)
+}
+
+// RunLedgerCount runs exactly n transactions of cfg.Workload through exec
+// with threads closed-loop clients, with no time limit: a history of a
+// given size, for instance for the Validator to validate.
+func RunLedgerCount(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, threads int, n int64) (LedgerPoint, error) {
+	if err := cfg.validate(); err != nil {
+		return LedgerPoint{}, err
+	}
+	if threads < 1 || n < 1 {
+		return LedgerPoint{}, fmt.Errorf("bench: %d threads, %d transactions", threads, n)
+	}
+	return ledgerLoop(ctx, c, exec, cfg, threads, n, 5, false)
+}
+
+// ledgerLoop runs threads closed-loop clients until ctx ends or, with
+// limit > 0, limit calls have been issued. A failing call does not stop
+// the others unless every call fails.
+func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, threads int, limit int64, seed uint64, floor bool) (LedgerPoint, error) {
+	var issued atomic.Int64
 	hist := newHist()
 	var mu sync.Mutex
 	var txs, errs atomic.Int64
@@ -222,18 +243,24 @@ func runLedgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Led
 			r := mrand.New(mrand.NewPCG(cfg.Seed+seed, uint64(t)))
 			h := newHist()
 			defer func() { mu.Lock(); hist.Merge(h); mu.Unlock() }()
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && (limit == 0 || issued.Add(1) <= limit) {
 				var err error
-				began := time.Now()
+				var contract, arg string
 				switch {
 				case floor:
-					_, err = c.TxState(ctx, fmt.Sprintf("floor-%d", r.IntN(cfg.Records)))
+					arg = fmt.Sprintf("floor-%d", r.IntN(cfg.Records))
 				case cfg.Workload == "ycsb-c":
-					arg := fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records)), assetID(r.IntN(cfg.Records)))
-					_, err = exec.Execute(ctx, "builtin.ycsb_c", []byte(arg))
+					contract = "builtin.ycsb_c"
+					arg = fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records)), assetID(r.IntN(cfg.Records)))
 				default:
-					arg := fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records)), randomPayload(r, cfg.Payload))
-					_, err = exec.Execute(ctx, "builtin.ycsb_f", []byte(arg))
+					contract = "builtin.ycsb_f"
+					arg = fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records)), randomPayload(r, cfg.Payload))
+				}
+				began := time.Now() // the request is built: time the call alone
+				if floor {
+					_, err = c.TxState(ctx, arg)
+				} else {
+					_, err = exec.Execute(ctx, contract, []byte(arg))
 				}
 				if ctx.Err() != nil {
 					return // the run ended mid-call; not counted
