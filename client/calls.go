@@ -137,15 +137,7 @@ func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, err
 	}
 	switch st.Status {
 	case ledger.TxCommitted:
-		res := &ledger.Result{Receipt: st.Receipt()}
-		for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
-			p, err := c.Proof(ctx, id, st.Writes[id])
-			if err != nil {
-				return nil, err
-			}
-			res.Proofs = append(res.Proofs, *p)
-		}
-		return res, nil
+		return c.CommittedResult(ctx, st)
 	case ledger.TxAborted:
 		if s := ledger.KindError(st.Kind); s != nil {
 			return nil, &Error{Kind: st.Kind, Msg: st.Reason, sentinel: s}
@@ -153,6 +145,21 @@ func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, err
 		return nil, fmt.Errorf("client: transaction %s aborted: %s", nonce, st.Reason)
 	}
 	return nil, fmt.Errorf("client: transaction %s: nonce used, but its state is %s", nonce, st.Status)
+}
+
+// CommittedResult rebuilds the result of a committed transaction from its
+// recorded state: the receipt it holds and the proof of each version it
+// wrote, fetched from the ledger.
+func (c *Client) CommittedResult(ctx context.Context, st *ledger.TxState) (*ledger.Result, error) {
+	res := &ledger.Result{Receipt: st.Receipt()}
+	for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
+		p, err := c.Proof(ctx, id, st.Writes[id])
+		if err != nil {
+			return nil, fmt.Errorf("client: proof of %s@%d for %s: %w", id, st.Writes[id], st.Nonce, err)
+		}
+		res.Proofs = append(res.Proofs, *p)
+	}
+	return res, nil
 }
 
 // TxState returns the ledger's recorded state of nonce.

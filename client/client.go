@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -220,7 +221,8 @@ func (c *Client) needSigner() error {
 }
 
 // call runs one RPC with per-attempt timeouts, retrying while the reply is
-// lost (Unavailable, or an attempt that timed out while ctx has time left).
+// lost (Unavailable, an attempt that timed out while ctx has time left, or
+// a commit whose outcome the server does not know).
 // Every RPC of the API is safe to repeat: reads and registrations have no
 // effect twice, and an execute carries its nonce.
 // It converts errors back into the ledger's sentinels.
@@ -245,7 +247,10 @@ func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opt
 			return out, attempt, nil
 		}
 		code := status.Code(err)
-		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
+		// A commit whose outcome the server could not learn is a lost
+		// reply too: the retry, with the same nonce, finds out.
+		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil) ||
+			(code == codes.Unknown && slices.Contains(trailer.Get(server.ErrorKindKey), server.KindCommitUnknown))
 		if !lost {
 			return zero, attempt, fromStatus(err, trailer)
 		}

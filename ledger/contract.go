@@ -109,6 +109,20 @@ type execution struct {
 	load   func(id string) (Contract, error)
 	stack  []string    // ids of the contracts running, outermost first
 	star   *starThread // created by the first Starlark contract
+	// storeErr is the first failure of the store itself (storage, a
+	// context): not the contract's fault, so it must reach the caller as
+	// it is — retryable conflicts retried, nothing recorded as aborted —
+	// however the contract (Starlark turns errors into its own) reports it.
+	storeErr error
+}
+
+// noteStore remembers err if it is the store's own failure: every error
+// a store makes for the contract's sake carries a ledger kind.
+func (x *execution) noteStore(err error) error {
+	if err != nil && x.storeErr == nil && Kind(err) == "" {
+		x.storeErr = err
+	}
+	return err
 }
 
 // Get returns the latest version of asset id, or nil if it has none.
@@ -116,7 +130,8 @@ func (c *Context) Get(id string) (*AssetValue, error) {
 	if err := checkAssetID(id); err != nil {
 		return nil, err
 	}
-	return c.store.get(id)
+	v, err := c.store.get(id)
+	return v, c.run.noteStore(err)
 }
 
 // Put appends a version of id holding value (any JSON; it is stored in
@@ -141,7 +156,7 @@ func (c *Context) putCanonical(id string, canon []byte) error {
 	if len(canon) > c.run.limits.MaxValueBytes {
 		return fmt.Errorf("%w: value of %s is %d bytes, limit %d", ErrTooLarge, id, len(canon), c.run.limits.MaxValueBytes)
 	}
-	return c.store.put(id, canon)
+	return c.run.noteStore(c.store.put(id, canon))
 }
 
 // Scan returns versions of id within r.
@@ -155,7 +170,8 @@ func (c *Context) Scan(id string, r ScanRange) ([]AssetValue, error) {
 	if r.Limit <= 0 || r.Limit > c.run.limits.MaxScanLimit {
 		r.Limit = c.run.limits.MaxScanLimit
 	}
-	return c.store.scan(id, r)
+	vs, err := c.store.scan(id, r)
+	return vs, c.run.noteStore(err)
 }
 
 // Call runs contract id with args in the same transaction and returns its
@@ -193,7 +209,11 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 // canonical result. Every failure wraps one of the package's sentinels.
 func runContract(limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
 	x := &execution{limits: limits, load: load}
-	return x.call(store, id, args)
+	out, err := x.call(store, id, args)
+	if x.storeErr != nil {
+		return nil, x.storeErr
+	}
+	return out, err
 }
 
 // Contract and asset ids: 1–128 bytes of printable ASCII other than space.

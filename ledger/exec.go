@@ -53,15 +53,12 @@ func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
 }
 
 // isExecutionFailure tells a request that ran and failed (its abort is
-// recorded) from a rejection or an infrastructure error (nothing is).
+// recorded) from a replayed nonce and from failures of storage or the
+// context (nothing is). Every error a contract, its argument or a limit
+// causes carries a ledger kind; runContract hands the store's own failures
+// back as they are, which carry none.
 func isExecutionFailure(err error) bool {
-	for _, e := range []error{ErrBadArgument, ErrUnknownContract, ErrBadContract, ErrContractFailed,
-		ErrStepLimit, ErrCallDepth, ErrBadValue, ErrTooLarge, ErrBadRequest} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return Kind(err) != "" && !errors.Is(err, ErrNonceReused)
 }
 
 func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
@@ -117,7 +114,11 @@ func (s *txStore) head(id string) (head, error) {
 	}
 	h := head{age: -1}
 	if ok {
-		h = head{age: row["age"].AsBigInt(), hash: row["hash"].AsBlob(), output: []byte(row["output"].Content())}
+		rr := &rowReader{what: "head of " + id, r: row}
+		h = head{age: rr.bigint("age"), hash: rr.blob("hash"), output: []byte(rr.text("output"))}
+		if rr.err != nil {
+			return head{}, rr.err
+		}
 	}
 	s.heads[id] = h
 	return h, nil
@@ -227,7 +228,11 @@ func (l *Ledger) scanVersions(ctx context.Context, rd reader, id string, latest 
 	}
 	out := make([]AssetValue, len(rows))
 	for i, row := range rows {
-		out[i] = AssetValue{Age: row["age"].AsBigInt(), Value: []byte(row["output"].Content())}
+		rr := &rowReader{what: "asset " + id, r: row}
+		out[i] = AssetValue{Age: rr.bigint("age"), Value: []byte(rr.text("output"))}
+		if rr.err != nil {
+			return nil, rr.err
+		}
 	}
 	return out, nil
 }
@@ -267,7 +272,9 @@ func (l *Ledger) Latest(ctx context.Context, id string) (int64, error) {
 	if err != nil || !ok {
 		return -1, err
 	}
-	return row["age"].AsBigInt(), nil
+	rr := &rowReader{what: "head of " + id, r: row}
+	age := rr.bigint("age")
+	return age, rr.err
 }
 
 // Version returns version age of asset id, or ErrNotFound.

@@ -69,9 +69,6 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	return &Ledger{b: cfg.Backend, ns: cfg.Namespace, cfg: cfg, lim: cfg.Limits.withDefaults()}, nil
 }
 
-// Limits returns the limits in force.
-func (l *Ledger) Limits() Limits { return l.lim }
-
 // ---- identities ----
 
 // RegisterCertificate registers an ECDSA P-256 certificate (PEM) as the key
@@ -139,9 +136,13 @@ func (l *Ledger) verifier(ctx context.Context, entity string, keyVersion uint32)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s version %d", ErrUnknownEntity, entity, keyVersion)
 	}
-	material := []byte(row["material"].Content())
+	rr := &rowReader{what: fmt.Sprintf("identity %s version %d", entity, keyVersion), r: row}
+	material, scheme := rr.blob("material"), auth.Scheme(rr.bigint("scheme"))
+	if rr.err != nil {
+		return nil, rr.err
+	}
 	var v auth.Verifier
-	switch auth.Scheme(row["scheme"].AsBigInt()) {
+	switch scheme {
 	case auth.SchemeECDSA:
 		cert, perr := auth.ParseCertificatePEM(material)
 		if perr != nil {
@@ -158,7 +159,7 @@ func (l *Ledger) verifier(ctx context.Context, entity string, keyVersion uint32)
 		}
 		v, err = auth.NewHMACVerifier(secret)
 	default:
-		return nil, fmt.Errorf("ledger: identity %s version %d has unknown scheme %d", entity, keyVersion, row["scheme"].AsBigInt())
+		return nil, fmt.Errorf("ledger: identity %s version %d has unknown scheme %d", entity, keyVersion, scheme)
 	}
 	if err != nil {
 		return nil, err
@@ -217,7 +218,6 @@ type ContractInfo struct {
 	Entity     string // who registered it; "" for built-ins
 	KeyVersion uint32
 	Source     []byte // nil for built-ins
-	Signature  []byte
 }
 
 // ListContracts returns the built-in contracts and then the registered
@@ -237,8 +237,12 @@ func (l *Ledger) ListContracts(ctx context.Context) ([]ContractInfo, error) {
 		return nil, err
 	}
 	for _, r := range all {
-		out = append(out, ContractInfo{ID: r["id"].AsText(), Entity: r["entity"].AsText(),
-			KeyVersion: uint32(r["key_version"].AsBigInt()), Source: r["source"].AsBlob(), Signature: r["signature"].AsBlob()})
+		rr := &rowReader{what: "contract", r: r}
+		out = append(out, ContractInfo{ID: rr.text("id"), Entity: rr.text("entity"), KeyVersion: uint32(rr.bigint("key_version")),
+			Source: rr.blob("source")})
+		if rr.err != nil {
+			return nil, rr.err
+		}
 	}
 	return out, nil
 }
@@ -263,7 +267,12 @@ func (l *Ledger) contract(ctx context.Context, id string) (Contract, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownContract, id)
 	}
-	c, err := compileStarlark(id, row["source"].AsBlob())
+	rr := &rowReader{what: "contract " + id, r: row}
+	source := rr.blob("source")
+	if rr.err != nil {
+		return nil, rr.err
+	}
+	c, err := compileStarlark(id, source)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: stored contract %s: %w", id, err)
 	}
@@ -313,14 +322,12 @@ func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {
 	if !ok {
 		return &TxState{Nonce: nonce, Status: TxUnknown}, nil
 	}
-	st := &TxState{Nonce: nonce, Status: TxStatus(row["state"].AsText()), Kind: row["kind"].AsText(), Reason: row["reason"].AsText(),
-		Contract: row["contract"].AsText(), Result: []byte(row["result"].AsText()), Signature: row["signature"].AsBlob()}
-	for col, m := range map[string]*map[string]int64{"writes": &st.Writes, "input": &st.Input} {
-		if w := row[col].AsText(); w != "" {
-			if err := json.Unmarshal([]byte(w), m); err != nil {
-				return nil, fmt.Errorf("ledger: tx state %s: %s: %w", nonce, col, err)
-			}
-		}
+	rr := &rowReader{what: "tx state " + nonce, r: row}
+	st := &TxState{Nonce: nonce, Status: TxStatus(rr.text("state")), Kind: rr.text("kind"), Reason: rr.text("reason"),
+		Contract: rr.text("contract"), Result: []byte(rr.text("result")), Signature: rr.blob("signature"),
+		Writes: rr.ages("writes"), Input: rr.ages("input")}
+	if rr.err != nil {
+		return nil, rr.err
 	}
 	return st, nil
 }

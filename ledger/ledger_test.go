@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -529,4 +530,86 @@ func TestConcurrentChains(t *testing.T) {
 			t.Fatalf("%d versions after the load, want %d", total, workers*each)
 		}
 	})
+}
+
+// flakyBackend fails the next n reads of the heads table inside
+// transactions with a retryable conflict.
+type flakyBackend struct {
+	storage.Backend
+	n atomic.Int32
+}
+
+func (b *flakyBackend) Begin(ctx context.Context) (storage.Txn, error) {
+	tx, err := b.Backend.Begin(ctx)
+	return &flakyTxn{Txn: tx, b: b}, err
+}
+
+type flakyTxn struct {
+	storage.Txn
+	b *flakyBackend
+}
+
+func (t *flakyTxn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	if g.Table == tHeads && t.b.n.Add(-1) >= 0 {
+		return nil, false, fmt.Errorf("%w: injected", storage.ErrConflict)
+	}
+	return t.Txn.Get(ctx, g)
+}
+
+// TestStoreFailureInsideContract: a storage conflict met by a Starlark
+// contract's get is the store's failure, not the contract's. The
+// transaction is retried and commits; nothing is recorded as aborted. A
+// failure that does not clear reaches the caller as the storage error and
+// leaves the nonce unused.
+func TestStoreFailureInsideContract(t *testing.T) {
+	fb := &flakyBackend{Backend: openEngine(t)}
+	f := newFixture(t, fb)
+	ctx := context.Background()
+	const src = "def invoke(ledger, args):\n    cur = ledger.get('k')\n    ledger.put('k', 1 if cur == None else cur['value'] + 1)\n    return 0\n"
+	if err := f.register(f.hmac, "inc", src); err != nil {
+		t.Fatal(err)
+	}
+	fb.n.Store(2)
+	res, err := f.exec(f.hmac, "inc", `{}`)
+	if err != nil {
+		t.Fatalf("a transient conflict inside a contract must be retried: %v", err)
+	}
+	if st, _ := f.l.TxState(ctx, res.Nonce); st.Status != TxCommitted {
+		t.Fatalf("state %+v", st)
+	}
+	fb.n.Store(1 << 20) // never clears
+	r := f.request(f.hmac, "inc", `{}`)
+	_, err = f.l.Execute(ctx, r)
+	if !errors.Is(err, storage.ErrConflict) || errors.Is(err, ErrContractFailed) {
+		t.Fatalf("a lasting storage failure must surface as itself: %v", err)
+	}
+	fb.n.Store(0)
+	if st, _ := f.l.TxState(ctx, r.Nonce); st.Status != TxUnknown {
+		t.Fatalf("nothing may be recorded for a request storage failed: %+v", st)
+	}
+	if _, err := f.l.Execute(ctx, r); err != nil {
+		t.Fatalf("the nonce must still be usable: %v", err)
+	}
+}
+
+// TestNullStoredColumn: a stored row with a NULL column is reported as an
+// error, not a crash.
+func TestNullStoredColumn(t *testing.T) {
+	f := newFixture(t, openEngine(t))
+	ctx := context.Background()
+	res := f.mustExec(f.hmac, "builtin.bulk_load", `{"prefix":"k","first":0,"count":1,"payload":"x"}`)
+	if err := f.b.Put(ctx, &storage.Put{Namespace: f.l.ns, Table: tTxStates, Partition: storage.Values{"nonce": storage.Text(res.Nonce)},
+		Values: storage.Values{"signature": storage.Null()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.l.TxState(ctx, res.Nonce); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Fatalf("NULL column: %v", err)
+	}
+	if err := f.b.Put(ctx, &storage.Put{Namespace: f.l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text("k0")},
+		Values: storage.Values{"hash": storage.Null()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.exec(f.hmac, "builtin.ycsb_f", `{"id":"k0","payload":"y"}`); err == nil || errors.Is(err, ErrContractFailed) {
+		t.Fatalf("a NULL head column must fail the request as a storage fault: %v", err)
+	}
 }

@@ -41,9 +41,6 @@ func Replay(ctx context.Context, lim Limits, load func(id string) (Contract, err
 	input, writes map[string]int64, src VersionSource) (*Replayed, string, error) {
 	s := &replayStore{ctx: ctx, src: src, input: input, written: writes, writes: map[string][]byte{}}
 	res, rerr := runContract(lim.withDefaults(), load, s, contract, argument)
-	if s.err != nil {
-		return nil, "", s.err
-	}
 	switch {
 	case s.missing != "":
 		return nil, s.missing, nil
@@ -77,7 +74,6 @@ type replayStore struct {
 	writes  map[string][]byte
 	stray   string // the first asset read outside the input
 	missing string // an input version src does not have
-	err     error  // src failed; it is not the contract's fault
 }
 
 func (s *replayStore) age(id string) (int64, bool) {
@@ -90,13 +86,8 @@ func (s *replayStore) age(id string) (int64, bool) {
 
 func (s *replayStore) output(id string, age int64) ([]byte, error) {
 	out, err := s.src.Output(s.ctx, id, age)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		if s.missing == "" {
-			s.missing = fmt.Sprintf("input version %s/%d is missing", id, age)
-		}
-	case err != nil:
-		s.err = err
+	if errors.Is(err, ErrNotFound) && s.missing == "" {
+		s.missing = fmt.Sprintf("input version %s/%d is missing", id, age)
 	}
 	return out, err
 }

@@ -112,51 +112,69 @@ func (l *Ledger) versionPut(v *Version) (*storage.Put, error) {
 	}, nil
 }
 
-func rowVersion(id string, r storage.Row) (*Version, error) {
-	v := &Version{ID: id}
-	get := func(col string, t storage.DataType) (storage.Value, error) {
-		x, ok := r[col]
-		if !ok || x.IsNull() || x.Type() != t {
-			return storage.Value{}, fmt.Errorf("ledger: asset %s: column %s is missing or NULL", id, col)
+// rowReader reads the typed columns of a stored row. Storage enforces
+// column types, but a column can be NULL (a row written by hand, or by an
+// older schema): the first such column is remembered instead of letting an
+// accessor panic in the server.
+type rowReader struct {
+	what string // the row, for the error
+	r    storage.Row
+	err  error
+}
+
+func (rr *rowReader) value(col string, t storage.DataType) (storage.Value, bool) {
+	x, ok := rr.r[col]
+	if !ok || x.IsNull() || x.Type() != t {
+		if rr.err == nil {
+			rr.err = fmt.Errorf("ledger: %s: column %s is missing or NULL", rr.what, col)
 		}
-		return x, nil
+		return storage.Value{}, false
 	}
-	var errs []error
-	str := func(col string) string {
-		x, err := get(col, storage.TypeText)
-		errs = append(errs, err)
-		return x.Content()
+	return x, true
+}
+
+func (rr *rowReader) text(col string) string {
+	x, _ := rr.value(col, storage.TypeText)
+	return x.Content()
+}
+
+func (rr *rowReader) blob(col string) []byte {
+	x, ok := rr.value(col, storage.TypeBlob)
+	if !ok {
+		return nil
 	}
-	blob := func(col string) []byte {
-		x, err := get(col, storage.TypeBlob)
-		errs = append(errs, err)
-		return []byte(x.Content())
-	}
-	num := func(col string) int64 {
-		x, err := get(col, storage.TypeBigInt)
-		if err != nil {
-			errs = append(errs, err)
-			return 0
-		}
+	return []byte(x.Content())
+}
+
+func (rr *rowReader) bigint(col string) int64 {
+	if x, ok := rr.value(col, storage.TypeBigInt); ok {
 		return x.AsBigInt()
 	}
-	v.Age = num("age")
-	input := str("input")
-	v.Output = []byte(str("output"))
-	v.Contract = str("contract")
-	v.Argument = blob("argument")
-	v.Nonce = str("nonce")
-	v.Entity = str("entity")
-	v.KeyVersion = uint32(num("key_version"))
-	v.Signature = blob("signature")
-	v.PrevHash = blob("prev_hash")
-	v.Hash = blob("hash")
-	v.ProofSignature = blob("proof_sig")
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	return 0
+}
+
+// ages decodes a JSON id → age map column ("" for none).
+func (rr *rowReader) ages(col string) map[string]int64 {
+	s := rr.text(col)
+	if s == "" || rr.err != nil {
+		return nil
 	}
-	if err := json.Unmarshal([]byte(input), &v.Input); err != nil {
-		return nil, fmt.Errorf("ledger: asset %s age %d: input: %w", id, v.Age, err)
+	var m map[string]int64
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		rr.err = fmt.Errorf("ledger: %s: %s: %w", rr.what, col, err)
 	}
-	return v, nil
+	return m
+}
+
+func rowVersion(id string, r storage.Row) (*Version, error) {
+	rr := &rowReader{what: "asset " + id, r: r}
+	v := &Version{ID: id, Age: rr.bigint("age"), Output: []byte(rr.text("output")), Contract: rr.text("contract"),
+		Argument: rr.blob("argument"), Nonce: rr.text("nonce"), Entity: rr.text("entity"),
+		KeyVersion: uint32(rr.bigint("key_version")), Signature: rr.blob("signature"), PrevHash: rr.blob("prev_hash"),
+		Hash: rr.blob("hash"), ProofSignature: rr.blob("proof_sig")}
+	v.Input = rr.ages("input")
+	if v.Input == nil && rr.err == nil {
+		v.Input = map[string]int64{}
+	}
+	return v, rr.err
 }

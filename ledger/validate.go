@@ -3,7 +3,9 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 )
 
 // The checks validate-ledger runs on every version, in this order.
@@ -63,13 +65,15 @@ func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64
 	var prevHash []byte
 	if start > 0 && start <= end {
 		prev, err := l.Version(ctx, id, start-1)
-		if err != nil {
+		if errors.Is(err, ErrNotFound) {
 			val.Fault = &Fault{ID: id, Age: start - 1, Check: CheckChain, Detail: err.Error()}
 			return val, nil
 		}
+		if err != nil {
+			return nil, err
+		}
 		prevHash = prev.Hash
 	}
-	nonces := map[string]int64{}
 	for age := start; age <= end; {
 		page, err := l.scanRows(ctx, l.b, id, end, ScanRange{Start: age, End: end, Ascending: true, Limit: l.lim.MaxScanLimit})
 		if err != nil {
@@ -89,13 +93,12 @@ func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64
 				val.Fault = &Fault{ID: id, Age: age, Check: CheckChain, Detail: fmt.Sprintf("version missing; the next one is %d", v.Age)}
 				return val, nil
 			}
-			if check, detail, err := l.checkVersion(ctx, v, prevHash, nonces); err != nil {
+			if check, detail, err := l.checkVersion(ctx, v, prevHash); err != nil {
 				return nil, err
 			} else if check != "" {
 				val.Fault = &Fault{ID: id, Age: age, Check: check, Detail: detail}
 				return val, nil
 			}
-			nonces[v.Nonce] = age
 			prevHash = v.Hash
 			val.Checked++
 			age++
@@ -106,7 +109,7 @@ func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64
 
 // checkVersion runs the checks on one version; it returns the failed check
 // and why, or "".
-func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, nonces map[string]int64) (check, detail string, err error) {
+func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) (check, detail string, err error) {
 	if h := v.ComputeHash(); !bytes.Equal(h, v.Hash) {
 		return CheckHash, fmt.Sprintf("stored %x, recomputed %x", v.Hash, h), nil
 	}
@@ -119,21 +122,27 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte, 
 	}
 	req := &Request{Nonce: v.Nonce, ContractID: v.Contract, Argument: v.Argument, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature}
 	verifier, err := l.verifier(ctx, v.Entity, v.KeyVersion)
-	if err != nil {
+	if errors.Is(err, ErrUnknownEntity) {
 		return CheckClientSignature, err.Error(), nil
+	}
+	if err != nil {
+		return "", "", err
 	}
 	if err := verifier.Verify(req.SigningBytes(), req.Signature); err != nil {
 		return CheckClientSignature, err.Error(), nil
 	}
-	if a, dup := nonces[v.Nonce]; dup {
-		return CheckNonce, fmt.Sprintf("nonce %s also wrote version %d", v.Nonce, a), nil
-	}
+	// The transaction state names one age per asset, so a nonce that wrote
+	// two versions of this asset fails here for one of them.
 	st, err := l.TxState(ctx, v.Nonce)
 	if err != nil {
 		return "", "", err
 	}
 	if st.Status != TxCommitted || st.Writes[v.ID] != v.Age {
 		return CheckNonce, fmt.Sprintf("transaction %s is recorded as %s, writing %v", v.Nonce, st.Status, st.Writes), nil
+	}
+	rc := st.Receipt()
+	if err := l.VerifyReceipt(&rc); err != nil || rc.Contract != v.Contract || !maps.Equal(rc.Input, v.Input) {
+		return CheckNonce, fmt.Sprintf("the receipt of transaction %s does not verify or does not match the version (%v)", v.Nonce, err), nil
 	}
 	out, detail, err := l.reexecute(ctx, v, st.Writes)
 	if err != nil {

@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,9 @@ type Running struct {
 	log     *slog.Logger
 	done    chan error
 	serving bool // grpc.Serve owns the listener
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Addr is the address the gRPC server listens on.
@@ -198,6 +202,11 @@ func backendName(b string) string {
 // Stop stops accepting calls, lets running calls finish for up to grace,
 // cancels the rest, and closes the backend.
 func (r *Running) Stop(grace time.Duration) error {
+	r.stopOnce.Do(func() { r.stopErr = r.stop(grace) })
+	return r.stopErr
+}
+
+func (r *Running) stop(grace time.Duration) error {
 	stopped := make(chan struct{})
 	go func() { r.grpc.GracefulStop(); close(stopped) }()
 	select {

@@ -22,6 +22,11 @@ import (
 // ErrorKindKey is the trailer that carries the ledger's error kind.
 const ErrorKindKey = "kiroku-error"
 
+// KindCommitUnknown is the trailer's kind for a commit whose outcome the
+// server could not learn (storage.ErrCommitUnknown); the transaction may
+// have committed, so a client retries with the same nonce.
+const KindCommitUnknown = "commit_unknown"
+
 // service implements api.LedgerServer over a ledger.
 type service struct {
 	api.UnimplementedLedgerServer
@@ -160,7 +165,7 @@ func toStatus(ctx context.Context, err error) error {
 		case errors.Is(err, context.Canceled):
 			code = codes.Canceled
 		case errors.Is(err, storage.ErrCommitUnknown):
-			code, kind = codes.Unknown, "commit_unknown"
+			code, kind = codes.Unknown, KindCommitUnknown
 		case errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrClosed):
 			code = codes.Unavailable
 		case errors.Is(err, storage.ErrRetriesExhausted), errors.Is(err, storage.ErrConflict):

@@ -3,8 +3,6 @@ package validator
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/kiroku-db/kiroku/ledger"
@@ -100,14 +98,11 @@ func (v *Validator) resolve(ctx context.Context, t *Tx, rec *Recovery) error {
 	}
 	switch st.Status {
 	case ledger.TxCommitted:
-		t.Status, t.Receipt = StatusCommitted, st.Receipt()
-		for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
-			p, err := v.c.Proof(ctx, id, st.Writes[id])
-			if err != nil {
-				return fmt.Errorf("validator: proof of %s/%d for in-doubt %s: %w", id, st.Writes[id], t.Request.Nonce, err)
-			}
-			t.Proofs = append(t.Proofs, *p)
+		res, err := v.c.CommittedResult(ctx, st)
+		if err != nil {
+			return fmt.Errorf("validator: in-doubt %s: %w", t.Request.Nonce, err)
 		}
+		t.Status, t.Receipt, t.Proofs = StatusCommitted, res.Receipt, res.Proofs
 		rec.Committed++
 	case ledger.TxAborted:
 		t.Status, t.Reason = StatusAborted, st.Reason
