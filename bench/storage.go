@@ -110,10 +110,12 @@ func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progre
 		return nil, err
 	}
 	for _, t := range targets {
+		// Teardown first: a setup that fails half-way leaves a schema or
+		// pool to remove.
+		defer t.Teardown(context.WithoutCancel(ctx))
 		if err := t.Setup(ctx, cfg.Accounts); err != nil {
 			return nil, fmt.Errorf("bench: %s setup: %w", t.Name(), err)
 		}
-		defer t.Teardown(context.WithoutCancel(ctx))
 	}
 	value := make([]byte, cfg.ValueSize)
 	_, _ = rand.Read(value)

@@ -54,6 +54,8 @@ start() {
   local dir; dir=$(mktemp -d "${TMPDIR:-/tmp}/kiroku-pg.XXXXXX")
   chmod 755 "$dir"
   [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+  # Whatever fails from here on leaves no server running and no directory.
+  trap 'stop "$dir" >&2' EXIT
   as_owner "$bin/initdb" -D "$dir/data" -U kiroku --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
   # Enough connections and predicate locks for the concurrent conformance tests;
@@ -62,7 +64,8 @@ start() {
     "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=300 \
      -c max_pred_locks_per_transaction=256 -c shared_buffers=128MB -c deadlock_timeout=100ms" >&2 \
     || { cat "$dir/server.log" >&2; exit 1; }
-  as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U kiroku kiroku >&2
+  as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U kiroku kiroku >&2 || exit 1
+  trap - EXIT
   echo "$dir postgres://kiroku@127.0.0.1:$port/kiroku?sslmode=disable"
 }
 

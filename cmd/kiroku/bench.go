@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"text/tabwriter"
@@ -49,8 +48,7 @@ pgx statements at the same isolation level: the cost of the PostgreSQL round tri
 Each figure is reported per run and as the median over --runs runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+			ctx := cmd.Context()
 			var targets []bench.Target
 			switch backend {
 			case "engine":

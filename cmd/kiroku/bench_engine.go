@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -46,8 +45,7 @@ engine without logging, printed beside it. --runs repeats both and prints the me
 loading the checkpoint and replaying the run's log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+			ctx := cmd.Context()
 			if cfg.Dir == "" {
 				cfg.Dir = os.TempDir()
 			}

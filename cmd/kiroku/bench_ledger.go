@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -50,8 +49,7 @@ The baseline, per thread count and in the same run, is the floor of the path: Ge
 round trips/s through the same client and server (no signature, one storage read).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+			ctx := cmd.Context()
 			for _, s := range strings.Split(threads, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
 				if err != nil || n < 1 {

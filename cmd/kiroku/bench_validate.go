@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,8 +29,7 @@ per phase. The baseline, from the same run, is the rate at which the history was
 Validator keeps up with its clients only if it validates faster than that.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+			ctx := cmd.Context()
 			scheme, err := auth.ParseScheme(authName)
 			if err != nil {
 				return fmt.Errorf("--auth: %w", err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,8 +41,7 @@ output and is never on by default.
 --curve runs every mode in --modes at every rate in --rates and prints one table.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
+			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			if cfg.Dir == "" {
 				cfg.Dir = os.TempDir()
@@ -68,7 +66,7 @@ output and is never on by default.
 				}
 			}
 			if curve {
-				ms, err := parseModes(modes)
+				ms, err := parseModes(modes, cfg.Window)
 				if err != nil {
 					return err
 				}
@@ -128,11 +126,12 @@ type modeSpec struct {
 	window time.Duration
 }
 
-func parseModes(s string) ([]modeSpec, error) {
+// parseModes reads --modes; a mode without ":WINDOW" takes --window.
+func parseModes(s string, window time.Duration) ([]modeSpec, error) {
 	var out []modeSpec
 	for _, m := range strings.Split(s, ",") {
 		name, w, hasW := strings.Cut(strings.TrimSpace(m), ":")
-		spec := modeSpec{mode: name, window: 10 * time.Millisecond}
+		spec := modeSpec{mode: name, window: window}
 		if hasW {
 			d, err := time.ParseDuration(w)
 			if err != nil {

@@ -3,10 +3,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -24,17 +27,21 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	if err := rootCmd().Execute(); err != nil {
+	// Ctrl-C or SIGTERM cancels the command's context: servers stop
+	// gracefully, benchmarks and the demo clean up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		os.Exit(1)
 	}
 }
 
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "kiroku",
-		Short:         "kiroku: a tamper-evident, replicated, geo-distributed transactional database",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		Use:          "kiroku",
+		Short:        "kiroku: a tamper-evident, replicated, geo-distributed transactional database",
+		SilenceUsage: true,
 	}
 	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd(), validateCmd())
 	root.AddCommand(clientCmds()...)

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,8 +55,7 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 			if o.AdminToken != "" && len(o.AdminToken) < 16 {
 				return fmt.Errorf("the admin token must be at least 16 characters")
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmd.Context()
 			r, err := server.Start(ctx, o)
 			if err != nil {
 				return err

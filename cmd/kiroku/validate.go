@@ -108,7 +108,6 @@ The exit status is non-zero on any violation.`,
 				rep.Print(w)
 			}
 			if !rep.OK() {
-				cmd.SilenceUsage = true
 				return fmt.Errorf("validate: %d violations", len(rep.Violations))
 			}
 			return nil
