@@ -172,7 +172,8 @@ func runBank(ctx context.Context, t Target, cfg StorageConfig, seed uint64) (Ban
 	h := newHist()
 	var firstErr error
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(cfg.Duration)
+	began := time.Now()
+	deadline := began.Add(cfg.Duration)
 	for w := 0; w < cfg.Workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -204,6 +205,7 @@ func runBank(ctx context.Context, t Target, cfg StorageConfig, seed uint64) (Ban
 		}()
 	}
 	wg.Wait()
+	elapsed := time.Since(began) // the last transfers end after the deadline
 	if firstErr != nil {
 		return BankResult{}, firstErr
 	}
@@ -215,7 +217,7 @@ func runBank(ctx context.Context, t Target, cfg StorageConfig, seed uint64) (Ban
 		return BankResult{}, fmt.Errorf("bench: %s: bank total changed from %d to %d", t.Name(), before, after)
 	}
 	return BankResult{Committed: committed.Load(), Retries: retries.Load(),
-		TPS: float64(committed.Load()) / cfg.Duration.Seconds(), Latency: latencyOf(h)}, nil
+		TPS: float64(committed.Load()) / elapsed.Seconds(), Latency: latencyOf(h)}, nil
 }
 
 // Median returns, per target, the run with the median value of each figure

@@ -221,11 +221,11 @@ const maxIDLen = 128
 
 func checkID(what, id string) error {
 	if len(id) == 0 || len(id) > maxIDLen {
-		return fmt.Errorf("%w: %s %q must be 1–%d bytes", ErrBadRequest, what, truncate(id), maxIDLen)
+		return fmt.Errorf("%w: %s %q must be 1–%d bytes", ErrBadRequest, what, truncate(id, 40), maxIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		if id[i] <= ' ' || id[i] > '~' {
-			return fmt.Errorf("%w: %s %q has byte %#x; only printable ASCII without spaces is allowed", ErrBadRequest, what, truncate(id), id[i])
+			return fmt.Errorf("%w: %s %q has byte %#x; only printable ASCII without spaces is allowed", ErrBadRequest, what, truncate(id, 40), id[i])
 		}
 	}
 	return nil
@@ -233,9 +233,10 @@ func checkID(what, id string) error {
 
 func checkAssetID(id string) error { return checkID("asset id", id) }
 
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
+// truncate shortens s to at most n bytes (and an ellipsis) for a message.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
 	}
 	return s
 }

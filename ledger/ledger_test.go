@@ -613,3 +613,22 @@ func TestNullStoredColumn(t *testing.T) {
 		t.Fatalf("a NULL head column must fail the request as a storage fault: %v", err)
 	}
 }
+
+// TestStarlarkGlobalsFrozen: top-level values are shared by every
+// execution, read-only; mutating one fails the contract (deterministically)
+// instead of leaking state into the next transaction.
+func TestStarlarkGlobalsFrozen(t *testing.T) {
+	f := newFixture(t, openEngine(t))
+	const src = "seen = []\nLIMIT = 3\ndef invoke(ledger, args):\n    if args.get('mutate'):\n        seen.append(1)\n    return LIMIT + len(seen)\n"
+	if err := f.register(f.hmac, "g", src); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if res := f.mustExec(f.hmac, "g", `{}`); string(res.Result) != "3" {
+			t.Fatalf("result %s", res.Result)
+		}
+	}
+	if _, err := f.exec(f.hmac, "g", `{"mutate":true}`); !errors.Is(err, ErrContractFailed) || !strings.Contains(err.Error(), "frozen") {
+		t.Fatalf("mutating a global: %v", err)
+	}
+}

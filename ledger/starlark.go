@@ -11,8 +11,9 @@ import (
 // Starlark contracts.
 //
 // A contract is one Starlark file that defines invoke(ledger, args). The
-// file's top level runs anew for every invocation, so no state survives
-// between transactions. The interpreter gives a contract no clock, no
+// file's top level runs once, when the contract is compiled, and its
+// globals are then frozen: invoke may read them but not change them, so no
+// state survives between transactions. The interpreter gives a contract no clock, no
 // randomness, no I/O and no load(); print() is discarded; dict and set
 // iteration follow insertion order and hash() is specified to be the same
 // in every process. The only inputs are the argument and what ledger.get
@@ -39,26 +40,33 @@ import (
 // without recursion.
 var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: true}
 
-// starContract is a compiled Starlark contract.
+// starContract is a compiled Starlark contract: its top level has run once
+// and its globals are frozen, so every execution (on any goroutine) calls
+// the same immutable invoke and none can leave state for the next.
 type starContract struct {
-	id   string
-	prog *starlark.Program
+	id string
+	fn *starlark.Function
 }
 
-// compileStarlark parses and compiles source, and checks that running its
-// top level defines a function invoke of two parameters.
+// compileStarlark parses and compiles source, runs its top level once
+// (within 100,000 steps) and checks it defines a function invoke of two
+// parameters.
 func compileStarlark(id string, source []byte) (*starContract, error) {
 	_, prog, err := starlark.SourceProgramOptions(fileOptions, id+".star", source, predeclared.Has)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
 	}
-	c := &starContract{id: id, prog: prog}
-	// Run the top level once, with a small budget, to check invoke.
 	t := newStarThread(Limits{MaxSteps: 100_000}.withDefaults())
-	if _, err := c.invokeFn(t); err != nil {
+	globals, err := prog.Init(t.thread, predeclared)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
 	}
-	return c, nil
+	globals.Freeze()
+	fn, ok := globals["invoke"].(*starlark.Function)
+	if !ok || fn.NumParams() != 2 {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, errNoInvoke)
+	}
+	return &starContract{id: id, fn: fn}, nil
 }
 
 // starThread is the one interpreter thread of an execution; nested
@@ -78,19 +86,6 @@ func newStarThread(l Limits) *starThread {
 	return st
 }
 
-// invokeFn runs the program's top level and returns its invoke function.
-func (c *starContract) invokeFn(t *starThread) (*starlark.Function, error) {
-	globals, err := c.prog.Init(t.thread, predeclared)
-	if err != nil {
-		return nil, err
-	}
-	fn, ok := globals["invoke"].(*starlark.Function)
-	if !ok || fn.NumParams() != 2 {
-		return nil, errNoInvoke
-	}
-	return fn, nil
-}
-
 // Invoke runs the contract on the execution's Starlark thread.
 func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	x := ctx.run
@@ -104,10 +99,6 @@ func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 		}
 		return nil, contractError(c.id, unwrapEval(err))
 	}
-	fn, err := c.invokeFn(t)
-	if err != nil {
-		return fail(err)
-	}
 	decoded, err := decodeJSON(args)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadArgument, err)
@@ -118,7 +109,7 @@ func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	}
 	prev := t.thread.Local(ctxKey)
 	t.thread.SetLocal(ctxKey, ctx)
-	res, err := starlark.Call(t.thread, fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
+	res, err := starlark.Call(t.thread, c.fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
 	t.thread.SetLocal(ctxKey, prev)
 	if err != nil {
 		return fail(err)
@@ -164,14 +155,7 @@ func starFail(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwar
 	} else {
 		msg = args[0].String()
 	}
-	return nil, fmt.Errorf("%w: %s", ErrContractFailed, truncateMsg(msg))
-}
-
-func truncateMsg(s string) string {
-	if len(s) > 1024 {
-		return s[:1024] + "…"
-	}
-	return s
+	return nil, fmt.Errorf("%w: %s", ErrContractFailed, truncate(msg, 1024))
 }
 
 // ledgerValue is the `ledger` argument of invoke. It holds nothing itself:

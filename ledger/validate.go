@@ -152,7 +152,7 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) 
 		return CheckOutput, detail, nil
 	}
 	if !bytes.Equal(out, v.Output) {
-		return CheckOutput, fmt.Sprintf("stored %s, re-execution gives %s", truncate(string(v.Output)), truncate(string(out))), nil
+		return CheckOutput, fmt.Sprintf("stored %s, re-execution gives %s", truncate(string(v.Output), 40), truncate(string(out), 40)), nil
 	}
 	return "", "", nil
 }
