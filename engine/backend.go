@@ -36,9 +36,10 @@ func (db *DB) Begin(ctx context.Context) (storage.Txn, error) {
 
 // Txn is a transaction of the storage API.
 type Txn struct {
-	db   *DB
-	x    tx
-	done bool
+	db       *DB
+	x        tx
+	done     bool
+	unsynced bool // Commit returns once visible (see DB.Unsynced)
 }
 
 func (t *Txn) table(op, ns, name string) (*table, error) {
@@ -70,44 +71,62 @@ func (t *Txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error
 // rowFromKey builds a result row from a request's key and the value
 // columns.
 func (tb *table) rowFromKey(part, clus storage.Values, cols []storage.Value, proj []string) storage.Row {
-	out := make(storage.Row, len(part)+len(clus)+len(cols))
-	want := func(name string) bool { return len(proj) == 0 || slices.Contains(proj, name) }
+	out := make(storage.Row, rowSize(len(part)+len(clus)+len(cols), proj))
 	for k, v := range part {
-		if want(k) {
+		if wanted(proj, k) {
 			out[k] = v
 		}
 	}
 	for k, v := range clus {
-		if want(k) {
+		if wanted(proj, k) {
 			out[k] = v
 		}
 	}
-	for i, c := range tb.schema.Columns {
-		if want(c.Name) {
-			out[c.Name] = cols[i]
-		}
-	}
+	tb.addColumns(out, cols, proj)
 	return out
 }
 
-// rowFromStored builds a result row from stored keys.
+// rowFromStored builds a result row from stored keys, decoding the
+// clustering key only if the projection asks for part of it.
 func (tb *table) rowFromStored(pkeys []storage.Value, ck string, cols []storage.Value, proj []string) (storage.Row, error) {
-	part := make(storage.Values, len(pkeys))
+	out := make(storage.Row, rowSize(len(pkeys)+len(tb.schema.ClusteringKey)+len(cols), proj))
 	for i, c := range tb.schema.PartitionKey {
-		part[c.Name] = pkeys[i]
+		if wanted(proj, c.Name) {
+			out[c.Name] = pkeys[i]
+		}
 	}
-	var clus storage.Values
-	if tb.clustered() {
+	if tb.clustered() && slices.ContainsFunc(tb.schema.ClusteringKey, func(c storage.ClusteringColumn) bool { return wanted(proj, c.Name) }) {
 		vals, err := tb.decodeClustering(ck)
 		if err != nil {
 			return nil, err
 		}
-		clus = make(storage.Values, len(vals))
 		for i, c := range tb.schema.ClusteringKey {
-			clus[c.Name] = vals[i]
+			if wanted(proj, c.Name) {
+				out[c.Name] = vals[i]
+			}
 		}
 	}
-	return tb.rowFromKey(part, clus, cols, proj), nil
+	tb.addColumns(out, cols, proj)
+	return out, nil
+}
+
+func (tb *table) addColumns(out storage.Row, cols []storage.Value, proj []string) {
+	for i, c := range tb.schema.Columns {
+		if wanted(proj, c.Name) {
+			out[c.Name] = cols[i]
+		}
+	}
+}
+
+// wanted reports whether a projection keeps column name; an empty
+// projection keeps every column.
+func wanted(proj []string, name string) bool { return len(proj) == 0 || slices.Contains(proj, name) }
+
+func rowSize(all int, proj []string) int {
+	if len(proj) > 0 {
+		return min(all, len(proj))
+	}
+	return all
 }
 
 // scanRange turns a checked scan's bounds into the clustering-key range
@@ -344,7 +363,7 @@ func (t *Txn) Commit(ctx context.Context) error {
 		return err
 	}
 	e, err := t.x.commit(ctx)
-	if err != nil {
+	if err != nil || t.unsynced {
 		return err
 	}
 	return t.db.WaitDurable(ctx, e)
@@ -359,6 +378,10 @@ func (t *Txn) Abort(ctx context.Context) error {
 
 // Get reads the latest committed row and returns it once it is durable.
 func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	return db.get(ctx, g, true)
+}
+
+func (db *DB) get(ctx context.Context, g *storage.Get, wait bool) (storage.Row, bool, error) {
 	if err := db.usable("get"); err != nil {
 		return nil, false, err
 	}
@@ -371,8 +394,10 @@ func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error
 	}
 	x := tx{db: db}
 	cols := x.get(tb, tb.encodePartition(g.Partition), tb.encodeClustering(g.Clustering))
-	if err := db.WaitDurable(ctx, tidEpoch(x.readMax)); err != nil {
-		return nil, false, err
+	if wait {
+		if err := db.WaitDurable(ctx, tidEpoch(x.readMax)); err != nil {
+			return nil, false, err
+		}
 	}
 	if cols == nil {
 		return nil, false, nil
@@ -383,6 +408,10 @@ func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error
 // Scan reads a partition range atomically (a validated read-only
 // transaction, retried on conflict) and streams the materialized rows.
 func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	return scan(ctx, db, s)
+}
+
+func scan(ctx context.Context, db storage.Beginner, s *storage.Scan) (storage.Rows, error) {
 	var rows storage.Rows
 	err := storage.Update(ctx, db, func(t storage.Txn) error {
 		var err error
@@ -395,16 +424,22 @@ func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	return rows, nil
 }
 
-func (db *DB) Put(ctx context.Context, p *storage.Put) error {
+func (db *DB) Put(ctx context.Context, p *storage.Put) error { return put(ctx, db, p) }
+
+func put(ctx context.Context, db storage.Beginner, p *storage.Put) error {
 	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Put(ctx, p) })
 }
 
-func (db *DB) Delete(ctx context.Context, d *storage.Delete) error {
+func (db *DB) Delete(ctx context.Context, d *storage.Delete) error { return del(ctx, db, d) }
+
+func del(ctx context.Context, db storage.Beginner, d *storage.Delete) error {
 	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Delete(ctx, d) })
 }
 
 // Mutate applies the mutations in one transaction.
-func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error {
+func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error { return mutate(ctx, db, ms) }
+
+func mutate(ctx context.Context, db storage.Beginner, ms []storage.Mutation) error {
 	if _, _, err := storage.CheckMutationTarget(ms); err != nil {
 		return err
 	}
@@ -430,4 +465,40 @@ func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error {
 		}
 		return nil
 	})
+}
+
+// ---- the unsynced view ----------------------------------------------------------
+
+var _ storage.Unsyncer = (*DB)(nil)
+
+// Unsynced returns a view of the database whose calls return once their
+// effects are committed and visible, without waiting for the durable epoch
+// (storage.Unsyncer). The engine keeps that interface's promises: an
+// effect of epoch e is durable once D ≥ e, a commit that begins after the
+// call returned gets an epoch ≥ e (epochs only grow, and a reader's commit
+// epoch is at least that of every version it read), so its own durable wait
+// covers the effect; a failed log fails every later commit; and the
+// database dies with the process that used it.
+func (db *DB) Unsynced() storage.Store { return unsyncedView{db} }
+
+type unsyncedView struct{ db *DB }
+
+func (u unsyncedView) Begin(ctx context.Context) (storage.Txn, error) {
+	if err := u.db.usable("begin"); err != nil {
+		return nil, err
+	}
+	return &Txn{db: u.db, x: tx{db: u.db}, unsynced: true}, nil
+}
+
+func (u unsyncedView) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	return u.db.get(ctx, g, false)
+}
+
+func (u unsyncedView) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+	return scan(ctx, u, s)
+}
+func (u unsyncedView) Put(ctx context.Context, p *storage.Put) error       { return put(ctx, u, p) }
+func (u unsyncedView) Delete(ctx context.Context, d *storage.Delete) error { return del(ctx, u, d) }
+func (u unsyncedView) Mutate(ctx context.Context, ms []storage.Mutation) error {
+	return mutate(ctx, u, ms)
 }

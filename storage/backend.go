@@ -87,6 +87,34 @@ type Backend interface {
 	Close() error
 }
 
+// Unsyncer is implemented by a backend that can return from a call once its
+// effects are committed and visible to other callers, before they are
+// durable. Such a view is for bookkeeping whose values reach a caller only
+// through a later, durable commit — the Validator's logical clock, whose
+// values are durable once the log rows that carry them are. A backend may
+// implement it only if it keeps both of these promises:
+//
+//   - Prefix. Whatever a call through the view wrote or read is durable no
+//     later than any durable commit that begins after the call returned.
+//   - No survivors. If such an effect is lost (a crash, a failed log), no
+//     later durable commit succeeds in the process that saw it.
+//
+// The embedded engine keeps them (one global durable epoch; a crash ends the
+// process and a failed log fails every later commit). A server backend
+// whose restart survives its clients must not implement it.
+type Unsyncer interface {
+	Unsynced() Store
+}
+
+// Unsynced returns b's unsynced view if it has one, and b itself (every
+// call durable) otherwise.
+func Unsynced(b Store) Store {
+	if u, ok := b.(Unsyncer); ok {
+		return u.Unsynced()
+	}
+	return b
+}
+
 // Rows iterates over scan results, like database/sql.Rows:
 //
 //	for rows.Next() { use(rows.Row()) }

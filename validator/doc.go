@@ -19,41 +19,55 @@
 // aborted one, and waits Config.TxTimeout before stamping one the ledger
 // does not know. The end stamp is conditional on none being there, so the
 // client and a concurrent Recover cannot both stamp. Logging takes no lock
-// and touches no shared row besides one clock counter, so client threads
-// do not serialize on it.
+// and writes no shared row besides one clock counter per end clock, so
+// client threads do not serialize on it.
 //
 // # The logical clock (§4.2.2–4.2.3)
 //
-// The clock table holds K counters. A tick scans them, takes max + 1 and
+// The clock table holds K counters. A begin clock scans them and takes
+// max + 1; it writes nothing. An end clock scans them, takes max + 1 and
 // raises one counter (round-robin) to that value with a write conditional
-// on the stored value being smaller, so counters only grow. Neither the
-// scan nor the write is transactional, and that is safe. Write b_i for T_i's
-// begin clock, e_i for its end clock, and call T_i's real interval the time
-// from the write of b_i until the scan for e_i; the ledger's execution of
-// T_i (send to reply) lies inside it.
+// on the stored value being smaller, so counters only grow. No lock and no
+// transaction spans a scan and the write, and that is safe. Write b_i for
+// T_i's begin clock, e_i for its end clock, and call T_i's real interval
+// the time from its begin scan until its end scan; the ledger's execution
+// of T_i (send to reply) lies inside it. Since an end scan comes after its
+// own begin scan, e_i ≥ b_i.
 //
 //   - Overlap is never missed. If T_i and T_j really overlapped, T_j's end
-//     scan started after T_i's begin write finished, and counters never
-//     decrease, so that scan saw a value ≥ b_i and e_j > b_i; likewise
-//     e_i > b_j. Their clock intervals [b, e] overlap.
+//     scan came after T_i's begin scan, and counters never decrease, so it
+//     saw at least b_i − 1 and e_j ≥ b_i; likewise e_i ≥ b_j. Their clock
+//     intervals [b, e] overlap.
 //   - Precedence is never invented. If e_i < b_j then T_i really finished
-//     before T_j began: they cannot have overlapped (then e_i > b_j, above),
-//     and if T_j had finished first, T_i's end scan would have come after
-//     T_j's begin write and seen it, giving e_i > b_j.
+//     before T_j began: they cannot have overlapped (then e_i ≥ b_j,
+//     above), and if T_j had finished first, its end write (e_j ≥ b_j)
+//     would have come before T_i's begin scan, giving e_i ≥ b_i > e_j ≥ b_j.
+//   - Real precedence shows (this is what makes stale reads detectable). If
+//     T_i finished before T_j began, e_i was written before T_j's begin
+//     scan, so b_j > e_i. A begin write would add nothing to any of the
+//     three, so there is none.
 //
 // A stale scan only makes a clock smaller than it could be, which can
 // widen intervals (more transactions look concurrent: more work, no false
-// alarm) but cannot break either property, because each property rests on
-// a scan seeing a write that finished before the scan began.
+// alarm) but cannot break the first two properties, because each rests on
+// a scan seeing a value written, or seen, before the scan began.
 //
 // ScanEvery (N) lets a begin clock skip the table N−1 times in N and use
 // one more than the highest value this process has read or written — a
-// value some counter already holds. Both properties survive: the overlap
-// argument needs e_j ≥ b_i, and T_j's end scan sees the counter holding
-// b_i − 1; the precedence argument needs T_i's end scan to see at least
-// b_j − 1, which some counter held before T_j began. End clocks never skip
-// the scan: an end clock that is too small could make two overlapping
-// transactions look ordered.
+// value some counter already held, so this is a stale scan. End clocks
+// never skip the scan: an end clock that is too small could make two
+// overlapping transactions look ordered.
+//
+// The clock reads and writes through the backend's unsynced view
+// (storage.Unsynced), without waiting for durability: a clock value
+// matters only inside the log rows that carry it, and those are committed
+// durably after the clock was read or written, which by the view's prefix
+// promise makes the counter values they depend on durable too. After a
+// crash the counters are therefore at least every logged clock. On a
+// backend without such a view (PostgreSQL) every clock write is durable.
+// ExecuteRequest makes its end clock's counter write in the transaction
+// that stores the outcome, so a transaction costs two scans and two
+// commits of the Validator database.
 //
 // # Validation (Algorithm 2), and strict serializability
 //
