@@ -95,7 +95,8 @@ type Backend interface {
 // implement it only if it keeps both of these promises:
 //
 //   - Prefix. Whatever a call through the view wrote or read is durable no
-//     later than any durable commit that begins after the call returned.
+//     later than any durable commit with writes that begins after the call
+//     returned. (A read-only commit promises only what it read.)
 //   - No survivors. If such an effect is lost (a crash, a failed log), no
 //     later durable commit succeeds in the process that saw it.
 //

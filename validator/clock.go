@@ -82,47 +82,34 @@ func (c *Clock) Begin(ctx context.Context) (int64, error) {
 }
 
 // End returns an end time, to be taken after the reply arrived: it scans
-// every counter, takes max + 1 and raises one counter to it.
+// every counter, takes max + 1 and raises one counter (round-robin) to it.
+// A backend may fail a lone read or write with a retryable conflict
+// (PostgreSQL's SERIALIZABLE does); those are retried.
 func (c *Clock) End(ctx context.Context) (int64, error) {
-	t, raise, err := c.endTime(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if err := retry(ctx, func() error { return c.raise(ctx, c.db, raise) }); err != nil {
-		return 0, err
-	}
-	c.see(t)
-	return t, nil
-}
-
-// endTime scans for an end time t and returns the write that raises one
-// counter (round-robin) to t. The caller makes that write, through raise,
-// before it reports t to anyone: alone (End) or inside the transaction
-// that logs t (logOutcome); once the write committed, it calls see(t).
-// Until then t is no value of any counter, and a ScanEvery begin clock
-// built on it could miss an overlap.
-func (c *Clock) endTime(ctx context.Context) (int64, *storage.Put, error) {
 	latest, err := c.latest(ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	t := latest + 1
 	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
-	return t, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
-		Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
-		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))}, nil
-}
-
-// raise makes an endTime write through w (a store, or a transaction). A
-// counter already at or past t is left alone: a scan sees it as well.
-func (c *Clock) raise(ctx context.Context, w interface {
-	Put(context.Context, *storage.Put) error
-}, p *storage.Put) error {
-	err := w.Put(ctx, p)
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
-		return fmt.Errorf("validator: advancing the clock: %w", err)
+	err = retry(ctx, func() error {
+		err := c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
+			Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
+			Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
+		if errors.Is(err, storage.ErrConditionNotMet) {
+			// Another caller already raised the counter past t, which a
+			// scan will see as well.
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("validator: advancing the clock: %w", err)
 	}
-	return nil
+	// Only now does a counter hold t: a ScanEvery begin clock built on a
+	// value no counter holds could miss an overlap.
+	c.see(t)
+	return t, nil
 }
 
 // see raises the highest value this process has read or written to t.

@@ -19,33 +19,33 @@
 // aborted one, and waits Config.TxTimeout before stamping one the ledger
 // does not know. The end stamp is conditional on none being there, so the
 // client and a concurrent Recover cannot both stamp. Logging takes no lock
-// and writes no shared row besides one clock counter per end clock, so
-// client threads do not serialize on it.
+// and writes no shared row besides one clock counter per end clock (in a
+// write of its own, never inside a logging transaction), so client
+// threads do not serialize on it.
 //
 // # The logical clock (§4.2.2–4.2.3)
 //
 // The clock table holds K counters. A begin clock scans them and takes
 // max + 1; it writes nothing. An end clock scans them, takes max + 1 and
 // raises one counter (round-robin) to that value with a write conditional
-// on the stored value being smaller, so counters only grow. No lock and no
-// transaction spans a scan and the write, and that is safe. Write b_i for
-// T_i's begin clock, e_i for its end clock, and call T_i's real interval
-// the time from its begin scan until its end scan; the ledger's execution
-// of T_i (send to reply) lies inside it. Since an end scan comes after its
-// own begin scan, e_i ≥ b_i.
+// on the stored value being smaller, so counters only grow. Neither the
+// scans nor the write are transactional, and that is safe. Write b_i for
+// T_i's begin clock and e_i for its end clock, and call T_i's real
+// interval the time from its begin scan until its end scan; the ledger's
+// execution of T_i (send to reply) lies inside it. Since an end scan comes
+// after its own begin scan, e_i ≥ b_i.
 //
 //   - Overlap is never missed. If T_i and T_j really overlapped, T_j's end
 //     scan came after T_i's begin scan, and counters never decrease, so it
 //     saw at least b_i − 1 and e_j ≥ b_i; likewise e_i ≥ b_j. Their clock
 //     intervals [b, e] overlap.
-//   - Precedence is never invented. If e_i < b_j then T_i really finished
-//     before T_j began: they cannot have overlapped (then e_i ≥ b_j,
-//     above), and if T_j had finished first, its end write (e_j ≥ b_j)
-//     would have come before T_i's begin scan, giving e_i ≥ b_i > e_j ≥ b_j.
-//   - Real precedence shows (this is what makes stale reads detectable). If
-//     T_i finished before T_j began, e_i was written before T_j's begin
-//     scan, so b_j > e_i. A begin write would add nothing to any of the
-//     three, so there is none.
+//   - Precedence is never invented. If T_i's end scan did not come before
+//     T_j's begin scan, it saw at least b_j − 1, so e_i ≥ b_j. Hence
+//     e_i < b_j only if T_i's real interval ended before T_j's began.
+//   - Real precedence shows (this is what makes a stale read detectable).
+//     If T_i's ExecuteRequest returned — its end write done — before T_j's
+//     begin scan, that scan saw e_i, so b_j > e_i. A begin write would add
+//     nothing to any of the three, so there is none.
 //
 // A stale scan only makes a clock smaller than it could be, which can
 // widen intervals (more transactions look concurrent: more work, no false
@@ -54,20 +54,22 @@
 //
 // ScanEvery (N) lets a begin clock skip the table N−1 times in N and use
 // one more than the highest value this process has read or written — a
-// value some counter already held, so this is a stale scan. End clocks
-// never skip the scan: an end clock that is too small could make two
+// value some counter already held, so this is a stale scan (and the third
+// property holds only for what this process has seen). End clocks never
+// skip the scan: an end clock that is too small could make two
 // overlapping transactions look ordered.
 //
 // The clock reads and writes through the backend's unsynced view
 // (storage.Unsynced), without waiting for durability: a clock value
-// matters only inside the log rows that carry it, and those are committed
-// durably after the clock was read or written, which by the view's prefix
-// promise makes the counter values they depend on durable too. After a
-// crash the counters are therefore at least every logged clock. On a
-// backend without such a view (PostgreSQL) every clock write is durable.
-// ExecuteRequest makes its end clock's counter write in the transaction
-// that stores the outcome, so a transaction costs two scans and two
-// commits of the Validator database.
+// matters only inside the log rows that carry it, and those are written
+// by durable commits that begin after the clock was read or written,
+// which by the view's prefix promise makes the counter values they depend
+// on durable too. After a crash every counter value that some logged end
+// clock e needs (e itself) or some logged begin clock b needs (b − 1) is
+// still there. On a backend without such a view (PostgreSQL) every clock
+// write is durable. A logged transaction so costs the Validator database
+// two durable commits (request, outcome), two scans and one counter write
+// that waits for no fsync.
 //
 // # Validation (Algorithm 2), and strict serializability
 //

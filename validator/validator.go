@@ -230,25 +230,18 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 }
 
 // logOutcome takes the end clock and stamps it with the outcome, unless
-// another process (Recover) stamped the transaction first. The counter
-// write that publishes the end clock commits with the stamp.
+// another process (Recover) stamped the transaction first.
 func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
-	end, raise, err := v.clock.endTime(ctx)
+	end, err := v.clock.End(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
 	}
 	t.End = end
-	err = storage.Update(ctx, v.db, func(tx storage.Txn) error {
-		if err := tx.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
-			Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))}); err != nil {
-			return err
-		}
-		return v.clock.raise(ctx, tx, raise)
+	err = retry(ctx, func() error {
+		return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
+			Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
 	})
-	switch {
-	case err == nil:
-		v.clock.see(end)
-	case !errors.Is(err, storage.ErrConditionNotMet):
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
 	}
 	return nil
