@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wal"
 )
@@ -50,55 +51,29 @@ func getKV(ctx context.Context, s storage.Store, k int64) (int64, error) {
 	return row["v"].AsBigInt(), nil
 }
 
-// gateFS blocks every sync while its gate is shut.
-type gateFS struct {
-	vfs.FS
-	mu   sync.Mutex
-	gate chan struct{} // nil: open
+// gate holds every fsync while it is shut.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil: open
 }
 
-func (g *gateFS) shut() { g.mu.Lock(); g.gate = make(chan struct{}); g.mu.Unlock() }
-func (g *gateFS) open() { g.mu.Lock(); close(g.gate); g.gate = nil; g.mu.Unlock() }
-func (g *gateFS) wait() {
+func (g *gate) shut() { g.mu.Lock(); g.ch = make(chan struct{}); g.mu.Unlock() }
+func (g *gate) open() { g.mu.Lock(); close(g.ch); g.ch = nil; g.mu.Unlock() }
+func (g *gate) wait(bool) {
 	g.mu.Lock()
-	ch := g.gate
+	ch := g.ch
 	g.mu.Unlock()
 	if ch != nil {
 		<-ch
 	}
 }
 
-func (g *gateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := g.FS.Create(name, c)
-	return g.wrap(f, err)
-}
-
-func (g *gateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := g.FS.OpenReadWrite(name, c, opts...)
-	return g.wrap(f, err)
-}
-
-func (g *gateFS) wrap(f vfs.File, err error) (vfs.File, error) {
-	if err != nil {
-		return nil, err
-	}
-	return &gateFile{File: f, g: g}, nil
-}
-
-type gateFile struct {
-	vfs.File
-	g *gateFS
-}
-
-func (f *gateFile) Sync() error     { f.g.wait(); return f.File.Sync() }
-func (f *gateFile) SyncData() error { f.g.wait(); return f.File.SyncData() }
-
 // TestUnsyncedReturnsBeforeDurable holds every fsync and shows that a write
 // through the unsynced view returns and is visible to the view's reads,
 // while a durable write and a durable read of it wait for the fsync.
 func TestUnsyncedReturnsBeforeDurable(t *testing.T) {
-	g := &gateFS{FS: vfs.NewMem()}
-	db := openKV(t, engine.Config{Dir: "/db", FS: g, CheckpointInterval: -1, EpochInterval: time.Millisecond, LogSegmentSize: 1 << 16})
+	g := &gate{}
+	db := openKV(t, engine.Config{Dir: "/db", FS: vfsutil.SyncHookFS(vfs.NewMem(), g.wait), CheckpointInterval: -1, EpochInterval: time.Millisecond, LogSegmentSize: 1 << 16})
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

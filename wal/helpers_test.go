@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 var policies = []Policy{BatchPolicy(), GroupPolicy(2e6), CountPolicy(8, 3e6), PeriodicPolicy(5e6)}
@@ -53,34 +53,26 @@ func readAll(t testing.TB, l *Log) map[uint64][]byte {
 type gateFS struct {
 	vfs.FS
 	hold    atomic.Bool
-	mu      sync.Mutex
 	waiting chan chan struct{} // a held fsync sends its release channel here
 	started atomic.Int64
 }
 
-func newGateFS(fs vfs.FS) *gateFS { return &gateFS{FS: fs, waiting: make(chan chan struct{}, 100)} }
+func newGateFS(fs vfs.FS) *gateFS {
+	g := &gateFS{waiting: make(chan chan struct{}, 100)}
+	g.FS = vfsutil.SyncHookFS(fs, g.sync)
+	return g
+}
 
-func (g *gateFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := g.FS.OpenReadWrite(name, c, opts...)
-	if err != nil {
-		return nil, err
+func (g *gateFS) sync(data bool) {
+	if !data {
+		return // a new segment's Sync, not a log round
 	}
-	return &gateFile{File: f, g: g}, nil
-}
-
-type gateFile struct {
-	vfs.File
-	g *gateFS
-}
-
-func (f *gateFile) SyncData() error {
-	f.g.started.Add(1)
-	if f.g.hold.Load() {
+	g.started.Add(1)
+	if g.hold.Load() {
 		release := make(chan struct{})
-		f.g.waiting <- release
+		g.waiting <- release
 		<-release
 	}
-	return f.File.SyncData()
 }
 
 // appendAsync starts an Append and returns a channel with its result.

@@ -1,5 +1,6 @@
 // Package vfsutil holds the file-replacement steps the engine and the WAL
-// both need, on a pebble vfs.FS so that tests can crash and fail them.
+// both need, on a pebble vfs.FS so that tests can crash and fail them, and
+// a wrapper that hooks every fsync (slow-device emulation, fsync gates).
 package vfsutil
 
 import "github.com/cockroachdb/pebble/v2/vfs"
@@ -47,3 +48,37 @@ func SyncDir(fs vfs.FS, dir string) error {
 	}
 	return d.Close()
 }
+
+// SyncHookFS wraps fs so that hook runs before every fsync of a file
+// created or opened for writing through it: data reports SyncData (true) or
+// Sync (false). Slow-device emulation and tests that hold or count fsyncs
+// build on it.
+func SyncHookFS(fs vfs.FS, hook func(data bool)) vfs.FS { return &hookFS{FS: fs, hook: hook} }
+
+type hookFS struct {
+	vfs.FS
+	hook func(data bool)
+}
+
+func (fs *hookFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &hookFile{File: f, hook: fs.hook}, nil
+}
+
+func (fs *hookFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs *hookFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+type hookFile struct {
+	vfs.File
+	hook func(data bool)
+}
+
+func (f *hookFile) Sync() error     { f.hook(false); return f.File.Sync() }
+func (f *hookFile) SyncData() error { f.hook(true); return f.File.SyncData() }
