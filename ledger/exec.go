@@ -41,20 +41,12 @@ func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
 	if err := v.Verify(req.SigningBytes(), req.Signature); err != nil {
 		return nil, err
 	}
-	res, err := l.execute(ctx, req)
-	if err == nil || !isExecutionFailure(err) {
-		return res, err
-	}
-	st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: err.Error(), Contract: req.ContractID}
-	if rerr := l.b.Put(ctx, l.txStatePut(st)); rerr != nil && !errors.Is(rerr, storage.ErrConditionNotMet) {
-		return nil, errors.Join(err, fmt.Errorf("ledger: recording the abort of %s: %w", req.Nonce, rerr))
-	}
-	return nil, err
+	return l.execute(ctx, req)
 }
 
 // isExecutionFailure tells a request that ran and failed (its abort is
 // recorded) from a replayed nonce and from failures of storage or the
-// context (nothing is). Every error a contract, its argument or a limit
+// context (nothing is recorded). Every error a contract, its argument or a limit
 // causes carries a ledger kind; runContract hands the store's own failures
 // back as they are, which carry none.
 func isExecutionFailure(err error) bool {
@@ -64,7 +56,9 @@ func isExecutionFailure(err error) bool {
 func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
 	var res *Result
+	var failed error // the contract's own failure, recorded as an abort
 	err := storage.UpdateWith(ctx, l.b, l.cfg.Retry, func(tx storage.Txn) error {
+		res, failed = nil, nil
 		_, used, err := tx.Get(ctx, l.txStateGet(req.Nonce))
 		if err != nil {
 			return err
@@ -74,14 +68,26 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 		}
 		s := &txStore{ctx: ctx, tx: tx, l: l, heads: map[string]head{}, input: map[string]int64{}, writes: map[string][]byte{}}
 		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
+		if isExecutionFailure(err) {
+			// The abort is recorded in this transaction, so it commits
+			// only if what the contract read was consistent (a failure
+			// decided on a torn read is retried like any conflict), and
+			// never beside another attempt's commit of the same nonce.
+			failed = err
+			st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: err.Error(), Contract: req.ContractID}
+			return tx.Put(ctx, l.txStatePut(st))
+		}
 		if err != nil {
 			return err
 		}
 		res, err = s.commit(req, out)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case failed != nil:
+		return nil, failed
 	}
 	return res, nil
 }
