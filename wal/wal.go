@@ -812,7 +812,9 @@ func (l *Log) TruncateFront(index uint64) error {
 		case l.mu.closing:
 			l.mu.Unlock()
 			return ErrClosed
-		case len(l.mu.segs) < 2 || l.mu.segs[1].first > index:
+		case len(l.mu.segs) < 2 || l.mu.segs[1].first > index || l.mu.segs[1].first > l.mu.written:
+			// Keep the segment before one whose file the syncer has not
+			// installed yet: it may be the last one on disk.
 			l.mu.Unlock()
 			return nil
 		}

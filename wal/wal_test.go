@@ -290,6 +290,38 @@ func TestTruncateFront(t *testing.T) {
 	}
 }
 
+// TestTruncateFrontKeepsUninstalledSegment: an append that opens a new
+// segment adds it to the log at once, but its file exists only once the
+// syncer installs it. TruncateFront up to that segment's first index must
+// not remove the last segment on disk meanwhile.
+func TestTruncateFrontKeepsUninstalledSegment(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	cfg := Config{Dir: "/wal", FS: DelaySyncFS(mem, 300*time.Millisecond), Policy: BatchPolicy(), SegmentSize: 4 << 10,
+		MaxRecordSize: 4 << 10, Logf: func(string, ...any) {}}
+	l := mustOpen(t, cfg)
+	ctx := context.Background()
+	first := bytes.Repeat([]byte{1}, 1000)
+	if _, err := l.Append(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	second := appendAsync(l, bytes.Repeat([]byte{2}, 3500)) // opens segment 2
+	for l.LastIndex() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.TruncateFront(2); err != nil {
+		t.Fatal(err)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	<-second
+	l.Close()
+	cfg.FS = crashed
+	l = mustOpen(t, cfg)
+	defer l.Close()
+	if got, err := l.Read(1); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("acknowledged record 1 after TruncateFront(2) and a crash: %v (log %d..%d)", err, l.FirstIndex(), l.LastIndex())
+	}
+}
+
 func TestTruncateAfter(t *testing.T) {
 	ctx := context.Background()
 	for _, cut := range []uint64{0, 1, 37, 120, 199, 200} {
