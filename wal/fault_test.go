@@ -111,7 +111,7 @@ func locate(t *testing.T, fs vfs.FS, index uint64) (string, int64, int) {
 			t.Fatal(err)
 		}
 		var at, size int
-		_, err = walkFrames(buf, name, firsts[i], index, 1<<20, func(idx uint64, p []byte, off int) error {
+		_, err = walkFrames(buf, name, firsts[i], index, func(idx uint64, p []byte, off int) error {
 			at, size = off, frameSize(len(p))
 			return nil
 		})

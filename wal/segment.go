@@ -118,13 +118,16 @@ type scanResult struct {
 // before the next intact record; or no intact next record at all. A bad record that is followed by an intact
 // record of the next index, with no such lost sector in between, is
 // corruption: the tail is written in order, and a record is acknowledged
-// only once an fsync covering every byte before it returned.
-func scanSegment(buf []byte, first uint64, maxPayload int) scanResult {
+// only once an fsync covering every byte before it returned. A length is
+// judged against the segment itself, never Config.MaxRecordSize: that
+// bounds new appends and may have been larger when the records were
+// written.
+func scanSegment(buf []byte, first uint64) scanResult {
 	r := scanResult{last: first - 1}
 	off := 0
 	want := first
 	for {
-		idx, _, n, err := decodeFrame(buf[off:], maxPayload)
+		idx, _, n, err := decodeFrame(buf[off:], len(buf))
 		if err == nil && idx != want {
 			err = fmt.Errorf("record carries index %d", idx)
 		}
@@ -141,7 +144,7 @@ func scanSegment(buf []byte, first uint64, maxPayload int) scanResult {
 					break
 				}
 			}
-			if next := findFrame(buf, off+1, want+1, maxPayload); next >= 0 {
+			if next := findFrame(buf, off+1, want+1); next >= 0 {
 				r.corrupt = !errors.Is(err, errZero) && !lostWrite(buf, off, next)
 			}
 			return r
@@ -174,14 +177,14 @@ func lostWrite(buf []byte, from, to int) bool {
 
 // findFrame returns the offset of the first intact frame with the given
 // index at or after from, or -1.
-func findFrame(buf []byte, from int, index uint64, maxPayload int) int {
+func findFrame(buf []byte, from int, index uint64) int {
 	var key [8]byte
 	binary.LittleEndian.PutUint64(key[:], index)
 	for p := from; p+headerSize <= len(buf); p++ {
 		if buf[p+8] != recordFull || string(buf[p+9:p+17]) != string(key[:]) {
 			continue
 		}
-		if idx, _, _, err := decodeFrame(buf[p:], maxPayload); err == nil && idx == index {
+		if idx, _, _, err := decodeFrame(buf[p:], len(buf)); err == nil && idx == index {
 			return p
 		}
 	}
@@ -214,10 +217,10 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 // by recovery, calling fn with each one's index, payload and offset, and
 // returns the offset just past the last. A frame that no longer decodes, or
 // carries another index, is a *CorruptionError.
-func walkFrames(buf []byte, name string, first, last uint64, maxPayload int, fn func(index uint64, payload []byte, off int) error) (int, error) {
+func walkFrames(buf []byte, name string, first, last uint64, fn func(index uint64, payload []byte, off int) error) (int, error) {
 	off := 0
 	for idx := first; idx <= last; idx++ {
-		got, payload, n, err := decodeFrame(buf[off:], maxPayload)
+		got, payload, n, err := decodeFrame(buf[off:], len(buf))
 		if err == nil && got != idx {
 			err = fmt.Errorf("record carries index %d", got)
 		}

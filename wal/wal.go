@@ -231,7 +231,7 @@ func (l *Log) recover() error {
 		if err != nil {
 			return fmt.Errorf("wal: %w", err)
 		}
-		res := scanSegment(buf, first, l.cfg.MaxRecordSize)
+		res := scanSegment(buf, first)
 		sealed := i < len(firsts)-1 && !beyondMark(i+1)
 		seg := segment{first: first, last: res.last, end: res.end}
 		switch {
@@ -762,7 +762,7 @@ func (l *Log) Scan(from uint64, fn func(index uint64, payload []byte) error) err
 		if err != nil {
 			return fmt.Errorf("wal: %w", err)
 		}
-		_, err = walkFrames(buf, segName(segs[i].first), segs[i].first, min(segs[i].last, written), l.cfg.MaxRecordSize,
+		_, err = walkFrames(buf, segName(segs[i].first), segs[i].first, min(segs[i].last, written),
 			func(idx uint64, payload []byte, _ int) error {
 				if idx < from {
 					return nil
@@ -920,7 +920,7 @@ func (l *Log) finishTruncate(index uint64, running bool) error {
 	if err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
-	off, err := walkFrames(buf, name, target.first, index, l.cfg.MaxRecordSize, nil)
+	off, err := walkFrames(buf, name, target.first, index, nil)
 	if err != nil {
 		return err
 	}

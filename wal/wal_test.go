@@ -322,6 +322,34 @@ func TestTruncateFrontKeepsUninstalledSegment(t *testing.T) {
 	}
 }
 
+// TestLowerRecordLimitKeepsOldRecords: reopening with a smaller
+// MaxRecordSize bounds new appends only; a record written under the old
+// limit is still read back, not taken for a torn tail.
+func TestLowerRecordLimitKeepsOldRecords(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	cfg := testConfig(mem, BatchPolicy())
+	cfg.MaxRecordSize = 4 << 10
+	l := mustOpen(t, cfg)
+	ctx := context.Background()
+	big := bytes.Repeat([]byte{7}, 3000)
+	for _, p := range [][]byte{big, []byte("after")} {
+		if _, err := l.Append(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	cfg.MaxRecordSize = 1 << 10
+	l = mustOpen(t, cfg)
+	defer l.Close()
+	all := readAll(t, l)
+	if !bytes.Equal(all[1], big) || string(all[2]) != "after" || l.LastIndex() != 2 {
+		t.Fatalf("after reopening with a lower limit: %d records, last %d", len(all), l.LastIndex())
+	}
+	if _, err := l.Append(ctx, big); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("append over the new limit: %v", err)
+	}
+}
+
 func TestTruncateAfter(t *testing.T) {
 	ctx := context.Background()
 	for _, cut := range []uint64{0, 1, 37, 120, 199, 200} {
