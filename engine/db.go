@@ -275,6 +275,9 @@ func (db *DB) fail(err error) {
 		delete(db.waiters, e)
 	}
 	db.wmu.Unlock()
+	for _, lg := range db.loggers {
+		lg.release(0) // committers throttled on a logger that no longer drains
+	}
 }
 
 // ---- epochs ------------------------------------------------------------

@@ -2,6 +2,7 @@ package validator
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -77,8 +78,18 @@ func TestRecoverInDoubt(t *testing.T) {
 	}
 	// The ledger commits the "aborted" request after all: validation
 	// finds a version no committed transaction accounts for.
-	if _, err := c.ExecuteRequest(ctx, never); err != nil {
+	late, err := c.ExecuteRequest(ctx, never)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Its reply, logged now, contradicts the stamp: the caller is told.
+	err = v.logOutcome(ctx, &Tx{Request: *never, Status: StatusCommitted, Receipt: late.Receipt, Proofs: late.Proofs})
+	if !errors.Is(err, ErrLogIncomplete) {
+		t.Fatalf("a committed reply after a timed-out stamp: %v, want ErrLogIncomplete", err)
+	}
+	// A reply that agrees with recovery's stamp is no error.
+	if err := v.logOutcome(ctx, &Tx{Request: *committed, Status: StatusCommitted}); err != nil {
+		t.Fatalf("a reply agreeing with recovery: %v", err)
 	}
 	rep = validate(t, v, Scope{Key: "k1", Age: -1, CrossCheck: true})
 	if len(rep.Violations) != 1 || rep.Violations[0].Kind != KindUnlogged || rep.Violations[0].Txs[0] != never.Nonce {

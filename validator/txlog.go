@@ -66,10 +66,8 @@ type proofJSON struct {
 	Signature []byte           `json:"sig"`
 }
 
+// encMap encodes an id → age map; nil encodes as null, which decodes back.
 func encMap(m map[string]int64) storage.Value {
-	if m == nil {
-		return storage.Text("")
-	}
 	b, _ := json.Marshal(m) // map[string]int64 always marshals
 	return storage.Text(string(b))
 }

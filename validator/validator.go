@@ -237,12 +237,26 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
 	}
 	t.End = end
+	row := storage.Values{"nonce": storage.Text(t.Request.Nonce)}
 	err = retry(ctx, func() error {
-		return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
+		return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
 			Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
 	})
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+	if !errors.Is(err, storage.ErrConditionNotMet) {
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
+		}
+		return nil
+	}
+	// Recover stamped it first. That is fine if it found the same outcome;
+	// if it gave up on the transaction (the timeout) and the reply says
+	// otherwise, the log contradicts what the caller is told.
+	got, _, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: row, Projection: []string{"status"}})
+	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
+	}
+	if st := Status(got["status"].AsText()); st != t.Status {
+		return fmt.Errorf("%w: %s was logged as %s by recovery before its reply (%s) arrived", ErrLogIncomplete, t.Request.Nonce, st, t.Status)
 	}
 	return nil
 }

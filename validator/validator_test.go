@@ -3,10 +3,13 @@ package validator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kiroku-db/kiroku/ledger"
 )
 
 const transfer = `
@@ -68,5 +71,18 @@ func TestHonestSmall(t *testing.T) {
 	rep = validate(t, v, Scope{})
 	if !rep.OK() || rep.Validated != 0 {
 		t.Fatalf("second run: %+v", rep)
+	}
+}
+
+// TestTxRowRoundTripsEmptySets: a committed transaction that read nothing
+// (its receipt's input set is nil) is stored and decoded back.
+func TestTxRowRoundTripsEmptySets(t *testing.T) {
+	tx := &Tx{Request: ledger.Request{Nonce: "n", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
+		Receipt: ledger.Receipt{Result: []byte("0")}}
+	row := requestValues(tx)
+	maps.Copy(row, outcomeValues(tx))
+	got, err := rowTx("n", row)
+	if err != nil || got.Status != StatusCommitted || len(got.Receipt.Input) != 0 || got.End != 2 {
+		t.Fatalf("decoded %+v, %v", got, err)
 	}
 }
