@@ -236,6 +236,17 @@ func (r *Running) close() error {
 	return errors.Join(errs...)
 }
 
+// LoadProofVerifier loads, or creates, the proof key of a server whose
+// data directory is dir, and returns its verifier: a process that starts
+// the server in a child (the split bench) verifies HMAC proofs with it.
+func LoadProofVerifier(dir string, scheme auth.Scheme) (auth.Verifier, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	_, v, _, err := proofKey(dir, scheme)
+	return v, err
+}
+
 // proofKey loads or creates the ledger's proof key.
 func proofKey(dir string, scheme auth.Scheme) (auth.Signer, auth.Verifier, *api.LedgerKey, error) {
 	switch scheme {

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/bench"
 	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/internal/cpuset"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/validator"
@@ -35,6 +39,7 @@ func benchLedgerCmd() *cobra.Command {
 		profile                string
 		validatorMode          string
 		vf                     validatorFlags
+		split                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "ledger",
@@ -61,7 +66,10 @@ round trips/s through the same client and server (no signature, one storage read
 			if err != nil {
 				return fmt.Errorf("--auth: %w", err)
 			}
-			c, proofKey, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir)
+			if split && serverAddr != "" {
+				return errors.New("--split starts its own server; it cannot be used with --server")
+			}
+			c, proofKey, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -109,6 +117,8 @@ round trips/s through the same client and server (no signature, one storage read
 			be := backend
 			if serverAddr != "" {
 				be = "server " + serverAddr
+			} else if split {
+				be += " (server process on its own CPU, clients on the others)"
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -155,6 +165,7 @@ round trips/s through the same client and server (no signature, one storage read
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	f.StringVar(&validatorMode, "validator", "off", "on: execute through a Validator (logging phase), and run each point again with it off")
+	f.BoolVar(&split, "split", false, "start the server as a child process pinned to one CPU, and run the clients (and Validator) on the others")
 	vf.add(cmd)
 	return cmd
 }
@@ -187,10 +198,11 @@ func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, p
 }
 
 // benchLedgerClient returns a client with a registered identity of the
-// given scheme, on an in-process server or on --server, and for an
-// in-process server its proof verifier (an HMAC proof key cannot be
-// fetched).
-func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string) (_ *client.Client, proofKey auth.Verifier, _ func(), _ error) {
+// given scheme, on a server it starts or on --server, and for a server it
+// started its proof verifier (an HMAC proof key cannot be fetched). With
+// split the server is a child process on a CPU of its own (splitServer);
+// otherwise it runs in this process.
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, _ func(), _ error) {
 	cleanup := func() {}
 	var cfg client.Config
 	if addr != "" {
@@ -213,17 +225,34 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 		}
 		tok := make([]byte, 16)
 		rand.Read(tok)
-		srv, err := server.Start(ctx, server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", Backend: backend,
+		o := server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", Backend: backend,
 			PostgresDSN: dsn, AdminToken: hex.EncodeToString(tok), ProofScheme: scheme,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			cleanup()
-			return nil, nil, nil, err
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if split {
+			var err error
+			if proofKey, err = server.LoadProofVerifier(dataDir, scheme); err != nil {
+				cleanup()
+				return nil, nil, nil, err
+			}
+			stop, err := splitServer(ctx, &o, errw)
+			if err != nil {
+				cleanup()
+				return nil, nil, nil, err
+			}
+			rm := cleanup
+			cleanup = func() { stop(); rm() }
+		} else {
+			srv, err := server.Start(ctx, o)
+			if err != nil {
+				cleanup()
+				return nil, nil, nil, err
+			}
+			rm := cleanup
+			cleanup = func() { srv.Stop(5 * time.Second); rm() }
+			proofKey = srv.ProofVerifier
+			o.Listen = srv.Addr()
 		}
-		rm := cleanup
-		cleanup = func() { srv.Stop(5 * time.Second); rm() }
-		proofKey = srv.ProofVerifier
-		cfg = client.Config{Server: srv.Addr(), AdminToken: hex.EncodeToString(tok)}
+		cfg = client.Config{Server: o.Listen, AdminToken: o.AdminToken}
 		suffix := make([]byte, 4)
 		rand.Read(suffix)
 		cfg.Entity = "bench-" + hex.EncodeToString(suffix)
@@ -231,6 +260,7 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			cfg.Secret = make([]byte, 32)
 			rand.Read(cfg.Secret)
 		} else {
+			var err error
 			cfg.PrivateKeyPEM, cfg.CertificatePEM, err = auth.GenerateIdentity(cfg.Entity, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
 			if err != nil {
 				cleanup()
@@ -257,4 +287,80 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 	}
 	rm := cleanup
 	return c, proofKey, func() { c.Close(); rm() }, nil
+}
+
+// splitServer starts the ledger server of o as a child process ("kiroku
+// server") pinned to the first CPU this process may use, and pins this
+// process, its clients and any Validator to the others: the shape of a
+// deployment, where the ledger and its clients do not share cores. It sets
+// o.Listen to the child's address and returns once the child accepts
+// connections; stop ends the child with SIGTERM (SIGKILL after 15 s) and
+// gives this process its CPUs back.
+func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop func(), err error) {
+	cpus, err := cpuset.Allowed()
+	if err != nil {
+		return nil, err
+	}
+	if len(cpus) < 2 {
+		return nil, fmt.Errorf("--split needs at least 2 CPUs; this process may use %d", len(cpus))
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	o.Listen = l.Addr().String()
+	l.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "server", "--data-dir", o.DataDir, "--listen", o.Listen, "--backend", o.Backend,
+		"--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
+		"--cpus", strconv.Itoa(cpus[0]), "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "KIROKU_ADMIN_TOKEN="+o.AdminToken)
+	// The child writes to this process's standard error, not to errw: a
+	// copying goroutine writing errw would race this process's own writes.
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the ledger server: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		cpuset.Pin(cpus) // this process may use its CPUs again
+	}
+	if err := cpuset.Pin(cpus[1:]); err != nil {
+		stop()
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", o.Listen, time.Second)
+		if err == nil {
+			conn.Close()
+			fmt.Fprintf(errw, "ledger server: pid %d on CPU %d at %s; clients on CPUs %s\n",
+				cmd.Process.Pid, cpus[0], o.Listen, cpuset.Format(cpus[1:]))
+			return stop, nil
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return nil, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("the ledger server did not accept connections at %s within 30 s", o.Listen)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -147,4 +148,15 @@ func TestBenchWALRuns(t *testing.T) {
 	if _, err := run(t, "bench", "wal", "--curve", "--rates=abc", "--dir", t.TempDir()); err == nil {
 		t.Fatal("a bad --rates must fail")
 	}
+}
+
+// TestMain lets a test start this binary as the kiroku command: a child
+// started with KIROKU_TEST_RUN_MAIN=1 (bench ledger --split starts "kiroku
+// server" from os.Executable) runs main instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("KIROKU_TEST_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }

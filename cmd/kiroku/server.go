@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/internal/cpuset"
 	"github.com/kiroku-db/kiroku/server"
 )
 
@@ -20,6 +21,7 @@ func serverCmd() *cobra.Command {
 		proofScheme    string
 		logLevel       string
 		logJSON        bool
+		cpus           string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -55,6 +57,15 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 			if o.AdminToken != "" && len(o.AdminToken) < 16 {
 				return fmt.Errorf("the admin token must be at least 16 characters")
 			}
+			if cpus != "" {
+				set, err := cpuset.Parse(cpus)
+				if err != nil {
+					return fmt.Errorf("--cpus: %w", err)
+				}
+				if err := cpuset.Pin(set); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
 			r, err := server.Start(ctx, o)
 			if err != nil {
@@ -75,5 +86,6 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
+	f.StringVar(&cpus, "cpus", "", "run only on these CPUs (a list such as 0 or 0,2-3), with GOMAXPROCS to match")
 	return cmd
 }

@@ -3,16 +3,21 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/internal/cpuset"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
@@ -134,5 +139,53 @@ func TestBenchLedgerValidator(t *testing.T) {
 	}
 	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
 		t.Fatalf("bench ledger --validator on: %+v", res)
+	}
+}
+
+// TestBenchLedgerSplit runs the bench with the server in a child process
+// on a CPU of its own, through a Validator, and checks that the child is
+// gone afterwards and this process has its CPUs back.
+func TestBenchLedgerSplit(t *testing.T) {
+	cpus, err := cpuset.Allowed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpus) < 2 {
+		t.Skipf("--split needs 2 CPUs; this process may use %d", len(cpus))
+	}
+	t.Setenv("KIROKU_TEST_RUN_MAIN", "1") // the child is this test binary
+	out, err := run(t, "bench", "ledger", "--split", "--records", "60", "--threads", "2", "--warmup", "0s", "--duration", "300ms",
+		"--load-batch", "25", "--validator", "on", "--json")
+	if err != nil {
+		t.Fatalf("bench ledger --split: %v\n%s", err, out)
+	}
+	var pid, cpu int
+	if _, err := fmt.Sscanf(out[max(0, strings.Index(out, "ledger server: pid")):], "ledger server: pid %d on CPU %d", &pid, &cpu); err != nil || cpu != cpus[0] {
+		t.Fatalf("no child server reported on CPU %d (%v):\n%s", cpus[0], err, out)
+	}
+	var res struct {
+		Backend string
+		Points  []struct {
+			TPS float64 `json:"tx_per_s"`
+			Off *struct {
+				TPS float64 `json:"tx_per_s"`
+			} `json:"validator_off"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 ||
+		!strings.Contains(res.Backend, "own CPU") {
+		t.Fatalf("bench ledger --split: %+v", res)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child server %d is still there after the bench: %v", pid, err)
+	}
+	if got, _ := cpuset.Allowed(); !slices.Equal(got, cpus) {
+		t.Errorf("after the bench this process may use CPUs %v, before %v", got, cpus)
+	}
+	if _, err := run(t, "bench", "ledger", "--split", "--server", "127.0.0.1:1", "--config", "x"); err == nil || !strings.Contains(err.Error(), "--split") {
+		t.Errorf("--split with --server: %v", err)
 	}
 }
