@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
+	"github.com/kiroku-db/kiroku/storage"
 )
 
 // A checkpoint is a file checkpoint-<start epoch> of framed chunks:
@@ -106,6 +107,9 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 	defer db.ckptMu.Unlock()
 	if err := db.usable("checkpoint"); err != nil {
 		return CheckpointStats{}, err
+	}
+	if db.cfg.Log == LogNone {
+		return CheckpointStats{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "checkpoint", Detail: "an engine without a log writes no checkpoints"}
 	}
 	began := time.Now()
 	cs := db.epoch.Load()

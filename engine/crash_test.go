@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wal"
 )
@@ -35,13 +34,7 @@ import (
 //     appears without what it depends on);
 //   - each register holds the last present writer of its chain.
 func TestCrashRecovery(t *testing.T) {
-	seeds := 24
-	if testing.Short() {
-		seeds = 4
-	}
-	if s := os.Getenv("KIROKU_ENGINE_CRASH_SEEDS"); s != "" {
-		seeds, _ = strconv.Atoi(s)
-	}
+	seeds := testenv.Count(t, "KIROKU_ENGINE_CRASH_SEEDS", 24, 4)
 	for seed := range seeds {
 		crashSeed(t, uint64(seed))
 		if t.Failed() {

@@ -22,7 +22,9 @@ const (
 	// LogWAL logs every commit through the loggers' sinks (the default).
 	LogWAL LogMode = iota
 	// LogNone logs nothing: a commit counts as durable at once, and a
-	// restart loses everything but the catalog. For benchmarks.
+	// restart loses everything but the catalog. It writes no checkpoints
+	// and loads none (a checkpoint is fuzzy: only the log makes it
+	// consistent). For benchmarks.
 	LogNone
 )
 
@@ -213,7 +215,7 @@ func Open(cfg Config) (*DB, error) {
 			go lg.run()
 		}
 	}
-	if cfg.CheckpointInterval > 0 {
+	if cfg.CheckpointInterval > 0 && cfg.Log == LogWAL {
 		db.wg.Add(1)
 		go db.checkpointLoop()
 	}

@@ -43,6 +43,10 @@ func (db *DB) recover() error {
 	default:
 		db.cat.mu.Unlock()
 	}
+	if db.cfg.Log == LogNone {
+		db.epoch.Store(db.maxVoid() + 1)
+		return nil
+	}
 	var cs, ce uint64
 	name, ok, err := db.newestCheckpoint()
 	if err != nil {
@@ -54,10 +58,6 @@ func (db *DB) recover() error {
 			return err
 		}
 		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", name, rows, cs, ce)
-	}
-	if db.cfg.Log == LogNone {
-		db.epoch.Store(max(ce, db.maxVoid()) + 1)
-		return nil
 	}
 	type logInfo struct {
 		mark, maxSeen, last uint64

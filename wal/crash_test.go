@@ -5,27 +5,18 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/kiroku-db/kiroku/internal/testenv"
 )
 
 // crashSeeds is the number of seeds per policy: KIROKU_WAL_CRASH_SEEDS, or
 // 100 (20 with -short).
-func crashSeeds() int {
-	if s, err := strconv.Atoi(os.Getenv("KIROKU_WAL_CRASH_SEEDS")); err == nil && s > 0 {
-		return s
-	}
-	if testing.Short() {
-		return 20
-	}
-	return 100
-}
+func crashSeeds(t *testing.T) int { return testenv.Count(t, "KIROKU_WAL_CRASH_SEEDS", 100, 20) }
 
 // TestCrashRecovery: writers append under each policy; at a random moment
 // the machine "crashes" (the filesystem keeps what was synced and a random
@@ -35,7 +26,7 @@ func crashSeeds() int {
 // nothing that was never appended may appear; each writer's records must
 // be in its order; and recovery must never mistake the crash for corruption.
 func TestCrashRecovery(t *testing.T) {
-	seeds := crashSeeds()
+	seeds := crashSeeds(t)
 	for _, p := range []Policy{BatchPolicy(), GroupPolicy(500 * time.Microsecond), CountPolicy(8, time.Millisecond),
 		PeriodicPolicy(time.Millisecond)} {
 		t.Run(p.String(), func(t *testing.T) {

@@ -841,12 +841,10 @@ func (l *Log) TruncateAfter(ctx context.Context, index uint64) error {
 	l.truncMu.Lock()
 	defer l.truncMu.Unlock()
 	l.mu.Lock()
-	if l.mu.failed != nil || l.mu.closing || l.mu.truncating {
+	if l.mu.failed != nil || l.mu.closing {
 		err := l.mu.failed
-		if err == nil && l.mu.closing {
+		if err == nil {
 			err = ErrClosed
-		} else if err == nil {
-			err = errors.New("wal: a truncation is already running")
 		}
 		l.mu.Unlock()
 		return err
@@ -871,7 +869,15 @@ func (l *Log) TruncateAfter(ctx context.Context, index uint64) error {
 	select {
 	case l.truncReq <- req:
 	case <-l.done:
-		return ErrClosed
+		// The syncer stopped: at Close, or on a failure, which the caller
+		// must see rather than a plain close.
+		l.mu.Lock()
+		err := l.mu.failed
+		l.mu.Unlock()
+		if err == nil {
+			err = ErrClosed
+		}
+		return err
 	}
 	return <-req.done
 }
@@ -908,11 +914,22 @@ func (l *Log) finishTruncate(index uint64, running bool) error {
 	if err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
+	removed := false
 	for _, first := range firsts {
 		if first > target.first {
 			if err := l.fs.Remove(l.path(segName(first))); err != nil {
 				return fmt.Errorf("wal: %w", err)
 			}
+			removed = true
+		}
+	}
+	// The removals must be durable before the marker's removal can be:
+	// nothing orders two directory changes made between the same pair of
+	// syncs, and a marker gone beside a later segment still present would
+	// bring the truncated records back.
+	if removed {
+		if err := l.dir.Sync(); err != nil {
+			return fmt.Errorf("wal: sync directory: %w", err)
 		}
 	}
 	name := segName(target.first)

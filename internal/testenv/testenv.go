@@ -9,6 +9,7 @@ package testenv
 
 import (
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -31,4 +32,22 @@ func need(t testing.TB, env, what string) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// Count returns the positive count set in env, or def (short under
+// -short) when env is unset. A value that is not a positive count fails
+// the test: a typo must not run zero seeds and pass.
+func Count(t testing.TB, env string, def, short int) int {
+	t.Helper()
+	if s := os.Getenv(env); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive count", env, s)
+		}
+		return n
+	}
+	if testing.Short() {
+		return short
+	}
+	return def
 }
