@@ -34,7 +34,8 @@ type EngineConfig struct {
 	Dir         string // parent of the run's data directory
 	// Recovery checkpoints after the load, runs the workload, closes the
 	// engine and times reopening it: loading the checkpoint and replaying
-	// the log written during the run.
+	// the log written during the run. With Log "none" it does nothing: an
+	// engine without a log has no checkpoints and recovers nothing.
 	Recovery bool
 }
 
@@ -162,7 +163,8 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		return res, err
 	}
 	res.LoadSeconds = time.Since(began).Seconds()
-	if cfg.Recovery {
+	recovery := cfg.Recovery && cfg.Log == "wal"
+	if recovery {
 		st, err := db.Checkpoint(ctx)
 		if err != nil {
 			return res, fmt.Errorf("checkpoint: %w", err)
@@ -318,7 +320,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if firstErr != nil {
 		return res, firstErr
 	}
-	if cfg.Recovery {
+	if recovery {
 		if err := db.Close(); err != nil {
 			return res, err
 		}

@@ -54,8 +54,22 @@ func (s Scope) everything() bool {
 // (stale reads). Then the new transactions are marked validated: later runs
 // never repeat their work. doc.go argues why this window is enough.
 //
-// Only one validation may run at a time on a Validator database.
-func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) {
+// Only one validation runs at a time on a Validator database: Validate
+// takes a lease there (see LeaseTTL) and returns ErrValidationRunning while
+// another holds it.
+func (v *Validator) Validate(ctx context.Context, scope Scope) (_ *Report, err error) {
+	l, ctx, err := v.acquireLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+		if rerr := l.release(ctx); err == nil && rerr != nil {
+			err = rerr
+		}
+	}()
 	rep := &Report{}
 	began := time.Now()
 	lap := func(into *float64) {
@@ -127,6 +141,9 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (*Report, error) 
 		})
 	}
 	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	if err := l.check(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.persist(); err != nil {
