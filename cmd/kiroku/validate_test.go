@@ -126,20 +126,7 @@ func TestBenchLedgerValidator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench ledger --validator on: %v\n%s", err, out)
 	}
-	var res struct {
-		Points []struct {
-			TPS float64 `json:"tx_per_s"`
-			Off *struct {
-				TPS float64 `json:"tx_per_s"`
-			} `json:"validator_off"`
-		}
-	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
-		t.Fatalf("bench ledger --validator on: %+v", res)
-	}
+	checkValidatorPoint(t, out)
 }
 
 // TestBenchLedgerSplit runs the bench with the server in a child process
@@ -163,21 +150,8 @@ func TestBenchLedgerSplit(t *testing.T) {
 	if _, err := fmt.Sscanf(out[max(0, strings.Index(out, "ledger server: pid")):], "ledger server: pid %d on CPU %d", &pid, &cpu); err != nil || cpu != cpus[0] {
 		t.Fatalf("no child server reported on CPU %d (%v):\n%s", cpus[0], err, out)
 	}
-	var res struct {
-		Backend string
-		Points  []struct {
-			TPS float64 `json:"tx_per_s"`
-			Off *struct {
-				TPS float64 `json:"tx_per_s"`
-			} `json:"validator_off"`
-		}
-	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 ||
-		!strings.Contains(res.Backend, "own CPU") {
-		t.Fatalf("bench ledger --split: %+v", res)
+	if be := checkValidatorPoint(t, out); !strings.Contains(be, "own CPU") {
+		t.Fatalf("bench ledger --split reports backend %q", be)
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the child server %d is still there after the bench: %v", pid, err)
@@ -188,4 +162,26 @@ func TestBenchLedgerSplit(t *testing.T) {
 	if _, err := run(t, "bench", "ledger", "--split", "--server", "127.0.0.1:1", "--config", "x"); err == nil || !strings.Contains(err.Error(), "--split") {
 		t.Errorf("--split with --server: %v", err)
 	}
+}
+
+// checkValidatorPoint checks that the JSON of a one-point bench ledger
+// --validator on run measured both modes, and returns its backend.
+func checkValidatorPoint(t *testing.T, out string) string {
+	t.Helper()
+	var res struct {
+		Backend string
+		Points  []struct {
+			TPS float64 `json:"tx_per_s"`
+			Off *struct {
+				TPS float64 `json:"tx_per_s"`
+			} `json:"validator_off"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out[max(0, strings.Index(out, "{")):]), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
+		t.Fatalf("bench ledger --validator on: %+v", res)
+	}
+	return res.Backend
 }
