@@ -58,6 +58,19 @@ type history struct {
 	next    atomic.Int64
 }
 
+// acked counts the transactions acknowledged so far.
+func (h *history) acked() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.txns {
+		if r.state == 1 {
+			n++
+		}
+	}
+	return n
+}
+
 var (
 	regTable = &storage.Table{Namespace: "crash", Name: "reg",
 		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
@@ -95,8 +108,16 @@ func crashSeed(t *testing.T, seed uint64) {
 	}
 	h := &history{txns: map[int]*txnRec{}}
 	h.next.Store(1)
+	prevAcked := 0
 	for cycle := range 3 {
 		mem2, ckpts := runUntilCrash(t, db, mem, h, rng)
+		// The check below proves something only if commits were
+		// acknowledged before this crash.
+		if acked := h.acked(); acked <= prevAcked {
+			t.Fatalf("seed %d cycle %d: no commit acknowledged before the crash", seed, cycle)
+		} else {
+			prevAcked = acked
+		}
 		db.Close()
 		mem = mem2
 		cfg.FS = wal.DelaySyncFS(mem, time.Duration(rng.IntN(800))*time.Microsecond)

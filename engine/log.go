@@ -235,7 +235,10 @@ func (lg *logger) round() bool {
 			low = a
 		}
 	}
-	x := low - 1
+	// A worker caught in enter between publishing an older epoch and
+	// rechecking it can hold low below an X this logger already marked.
+	// Marks never go back: recovery takes the last one as durable.
+	x := max(low-1, lg.durable.Load())
 	// Walk the workers before taking the queue: a buffer of an epoch
 	// before eNow is then either still in its worker, or was handed off
 	// (under the worker's lock) before the walk reached it and so is in

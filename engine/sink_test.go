@@ -14,9 +14,9 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// markSink is an in-memory LogSink that checks the loggers' invariant as
+// markSink is an in-memory LogSink that checks the loggers' invariants as
 // records arrive: once a mark says every record of epochs ≤ X is in the
-// log, no buffer of such an epoch may follow.
+// log, no buffer of such an epoch may follow, and no lower mark.
 type markSink struct {
 	mu        sync.Mutex
 	recs      [][]byte
@@ -38,6 +38,9 @@ func (s *markSink) Append(recs [][]byte) (uint64, error) {
 				s.violation = fmt.Sprintf("buffer of epoch %d after the mark %d", e, s.mark)
 			}
 		case 2:
+			if s.marked && e < s.mark && s.violation == "" {
+				s.violation = fmt.Sprintf("mark %d after the mark %d", e, s.mark)
+			}
 			s.mark, s.marked = e, true
 		}
 		s.recs = append(s.recs, append([]byte(nil), r...))

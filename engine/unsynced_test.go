@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wal"
@@ -117,10 +118,7 @@ func TestUnsyncedReturnsBeforeDurable(t *testing.T) {
 // The crashes must also lose some unsynced raise, or the check proved
 // nothing.
 func TestUnsyncedPrefix(t *testing.T) {
-	seeds := 24
-	if testing.Short() {
-		seeds = 4
-	}
+	seeds := testenv.Count(t, "KIROKU_ENGINE_CRASH_SEEDS", 24, 4)
 	lost := 0
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

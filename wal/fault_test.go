@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -302,6 +303,44 @@ func TestTornAcrossSectorBoundary(t *testing.T) {
 			defer l.Close()
 			if tt := l.Recovery().TornTail; tt == nil || tt.Offset != sectorSize-5 || l.LastIndex() != 1 {
 				t.Fatalf("torn %+v, last %d; want a torn tail at %d", tt, l.LastIndex(), sectorSize-5)
+			}
+		})
+	}
+}
+
+// TestTruncateFrontFailureIsFatal fails the removal of a segment, then the
+// directory sync after one, and checks each time that the log fails: a
+// later sync must not pass for having made a removal durable.
+func TestTruncateFrontFailureIsFatal(t *testing.T) {
+	for _, kind := range []errorfs.OpKind{errorfs.OpRemove, errorfs.OpFileSync} {
+		t.Run(fmt.Sprint(kind), func(t *testing.T) {
+			var armed atomic.Bool
+			fs := errorfs.Wrap(vfs.NewCrashableMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind == kind && armed.Load() {
+					return errInjected
+				}
+				return nil
+			}))
+			l := mustOpen(t, testConfig(fs, BatchPolicy()))
+			ctx := context.Background()
+			for i := range 200 {
+				if _, err := l.Append(ctx, payload(0, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			armed.Store(true)
+			if err := l.TruncateFront(150); !errors.Is(err, ErrFailed) || !errors.Is(err, errInjected) {
+				t.Fatalf("TruncateFront: %v, want ErrFailed wrapping the injected error", err)
+			}
+			armed.Store(false)
+			if _, err := l.Append(ctx, []byte("later")); !errors.Is(err, ErrFailed) {
+				t.Fatalf("append after a failed TruncateFront: %v", err)
+			}
+			if err := l.TruncateFront(150); !errors.Is(err, ErrFailed) {
+				t.Fatalf("a second TruncateFront: %v", err)
+			}
+			if err := l.Close(); !errors.Is(err, ErrFailed) {
+				t.Fatalf("Close: %v", err)
 			}
 		})
 	}

@@ -431,6 +431,20 @@ func (l *Log) appendLocked(payload []byte) {
 	l.mu.pendingCount++
 }
 
+// failFromOutside puts the log in the failed state from a goroutine other
+// than the syncer, which then fails the pending round and stops.
+func (l *Log) failFromOutside(err error) error {
+	l.mu.Lock()
+	if l.mu.failed == nil {
+		l.mu.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	ferr := l.mu.failed
+	l.mu.cond.Broadcast()
+	l.mu.Unlock()
+	l.nudge()
+	return ferr
+}
+
 func (l *Log) nudge() {
 	select {
 	case l.wake <- struct{}{}:
@@ -488,6 +502,11 @@ func (l *Log) syncLoop() {
 	close(expired)
 	for {
 		l.mu.Lock()
+		if failed := l.mu.failed; failed != nil {
+			l.mu.Unlock()
+			l.fail(failed, newRound(), nil) // failed outside the syncer (failFromOutside)
+			return
+		}
 		st := syncState{now: time.Now(), pending: l.mu.pendingCount, firstPendingAt: l.mu.firstPendingAt,
 			dirty: l.dirty, lastStart: l.lastStart, lastEnd: l.lastEnd, lastSync: l.lastSync, forced: len(l.mu.forced) > 0}
 		l.mu.Unlock()
@@ -822,12 +841,14 @@ func (l *Log) TruncateFront(index uint64) error {
 		l.mu.segs = l.mu.segs[1:]
 		l.mu.Unlock()
 		// Oldest first, each removal durable before the next, so a crash
-		// never leaves a gap between segments.
+		// never leaves a gap between segments. A failure is fatal: the
+		// segment is gone from the list, and a later sync must not pass
+		// for having made its removal durable.
 		if err := l.fs.Remove(l.path(segName(first))); err != nil {
-			return fmt.Errorf("wal: %w", err)
+			return l.failFromOutside(err)
 		}
 		if err := l.dir.Sync(); err != nil {
-			return fmt.Errorf("wal: sync directory: %w", err)
+			return l.failFromOutside(fmt.Errorf("sync directory: %w", err))
 		}
 	}
 }
