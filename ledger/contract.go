@@ -116,8 +116,9 @@ type execution struct {
 	storeErr error
 }
 
-// noteStore remembers err if it is the store's own failure: every error
-// a store makes for the contract's sake carries a ledger kind.
+// noteStore remembers err if it is the store's (or the contract loader's)
+// own failure: every error they make for the contract's sake carries a
+// ledger kind.
 func (x *execution) noteStore(err error) error {
 	if err != nil && x.storeErr == nil && Kind(err) == "" {
 		x.storeErr = err
@@ -191,7 +192,8 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 	}
 	contract, err := x.load(id)
 	if err != nil {
-		return nil, err
+		// Loading reads storage too: its failure is not the contract's.
+		return nil, x.noteStore(err)
 	}
 	x.stack = append(x.stack, id)
 	out, err := contract.Invoke(&Context{store: store, run: x}, args)

@@ -402,7 +402,7 @@ func TestTamperingIsNamed(t *testing.T) {
 		name  string
 		age   int64
 		check string
-		apply func(f *fixture, v *Version)
+		apply func(f *fixture, v *Version) // nil: delete the version
 	}
 	edits := []edit{
 		{"output", 1, CheckHash, func(f *fixture, v *Version) { v.Output = []byte(`{"by":"x","count":99,"last":"pass"}`) }},
@@ -412,6 +412,14 @@ func TestTamperingIsNamed(t *testing.T) {
 		}},
 		{"argument re-signed by nobody", 2, CheckHash, func(f *fixture, v *Version) { v.Argument = []byte(`{}`) }},
 		{"prev_hash", 2, CheckHash, func(f *fixture, v *Version) { v.PrevHash = bytes.Repeat([]byte{1}, 32) }},
+		{"prev_hash, rehashed and re-signed", 2, CheckPrevHash, func(f *fixture, v *Version) {
+			v.PrevHash = bytes.Repeat([]byte{1}, 32)
+			f.resign(v)
+		}},
+		{"argument, rehashed and re-signed by the ledger only", 2, CheckClientSignature, func(f *fixture, v *Version) {
+			v.Argument = []byte(`{"site":"s","result":"fail","inspector":"i1"}`)
+			f.resign(v)
+		}},
 		{"wrong output, re-signed by the ledger", 1, CheckOutput, func(f *fixture, v *Version) {
 			// A ledger that executes wrongly signs what it wrote: only
 			// re-execution catches it. The next version's link is fixed too.
@@ -428,6 +436,7 @@ func TestTamperingIsNamed(t *testing.T) {
 			v.Nonce, v.Argument, v.Signature, v.Contract = prev.Nonce, prev.Argument, prev.Signature, prev.Contract
 			f.resign(v)
 		}},
+		{"version deleted", 2, CheckChain, nil},
 	}
 	for _, e := range edits {
 		t.Run(e.name, func(t *testing.T) {
@@ -442,8 +451,13 @@ func TestTamperingIsNamed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.apply(f, v)
-			f.store(v)
+			if e.apply != nil {
+				e.apply(f, v)
+				f.store(v)
+			} else if err := f.b.Delete(ctx, &storage.Delete{Namespace: f.l.ns, Table: AssetsTable,
+				Partition: storage.Values{"id": storage.Text(v.ID)}, Clustering: storage.Values{"age": storage.BigInt(v.Age)}}); err != nil {
+				t.Fatal(err)
+			}
 			val, err := f.l.ValidateLedger(ctx, "s", 0, -1)
 			if err != nil {
 				t.Fatal(err)
@@ -692,5 +706,62 @@ func TestStarlarkGlobalsFrozen(t *testing.T) {
 	}
 	if _, err := f.exec(f.hmac, "g", `{"mutate":true}`); !errors.Is(err, ErrContractFailed) || !strings.Contains(err.Error(), "frozen") {
 		t.Fatalf("mutating a global: %v", err)
+	}
+}
+
+// loadFailBackend fails one read of contract "inner"'s source with the
+// error it is armed with, as a storage hiccup would.
+type loadFailBackend struct {
+	storage.Backend
+	fail atomic.Pointer[error]
+}
+
+func (b *loadFailBackend) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
+	if g.Table == tContracts && g.Clustering["id"].AsText() == "inner" {
+		if err := b.fail.Swap(nil); err != nil {
+			return nil, false, *err
+		}
+	}
+	return b.Backend.Get(ctx, g)
+}
+
+// TestNestedLoadFailureIsNotAnAbort: a storage failure while loading a
+// contract that another calls is the store's fault, not the contract's. A
+// retryable one is retried; another reaches the caller as it is. Neither
+// is recorded as the nonce's abort, so the request can be sent again.
+func TestNestedLoadFailureIsNotAnAbort(t *testing.T) {
+	b := &loadFailBackend{Backend: openEngine(t)}
+	f := newFixture(t, b)
+	ctx := context.Background()
+	for id, src := range map[string]string{
+		"inner": "def invoke(ledger, args):\n    ledger.put('n', args)\n    return args\n",
+		"outer": "def invoke(ledger, args):\n    return ledger.call('inner', args)\n",
+	} {
+		if err := f.register(f.hmac, id, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var retryable error = &storage.Error{Kind: storage.ErrUnavailable, Op: "get", Detail: "injected"}
+	b.fail.Store(&retryable)
+	res, err := f.l.Execute(ctx, f.request(f.hmac, "outer", `7`))
+	if b.fail.Load() != nil {
+		t.Fatal("the contract's source was never read")
+	}
+	if err != nil || string(res.Result) != "7" {
+		t.Fatalf("a retryable failure loading the nested contract: %v, %v; want it retried and committed", res, err)
+	}
+
+	f.l.contracts.Delete("inner") // read the source again
+	hard := errors.New("injected read failure")
+	b.fail.Store(&hard)
+	r := f.request(f.hmac, "outer", `8`)
+	if _, err := f.l.Execute(ctx, r); !errors.Is(err, hard) || errors.Is(err, ErrContractFailed) {
+		t.Fatalf("Execute with the nested load failing: %v, want the storage failure itself", err)
+	}
+	if st, err := f.l.TxState(ctx, r.Nonce); err == nil && st.Status == TxAborted {
+		t.Fatalf("the storage failure was recorded as an abort: %+v", st)
+	}
+	if res, err := f.l.Execute(ctx, r); err != nil || string(res.Result) != "8" {
+		t.Fatalf("the same request sent again: %v, %v", res, err)
 	}
 }
