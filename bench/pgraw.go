@@ -60,11 +60,17 @@ func (p *PGRaw) Get(ctx context.Context, key int64) error {
 	return p.pool.QueryRow(ctx, "SELECT k, v FROM "+p.schema+".kv WHERE k = $1", key).Scan(new(int64), &v)
 }
 
+// Transfer retries serialization failures and deadlocks with the same
+// policy as the storage layer's Update in the bench (transferPolicy), so
+// the two differ only in the layer, not in how they back off.
 func (p *PGRaw) Transfer(ctx context.Context, from, to, amount int64) (int, error) {
 	for retries := 0; ; retries++ {
 		err := p.transferOnce(ctx, from, to, amount)
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") && retries < 1000 {
+		if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") && retries+1 < transferPolicy.MaxAttempts {
+			if err := transferPolicy.Sleep(ctx, retries); err != nil {
+				return retries, err
+			}
 			continue
 		}
 		return retries, err

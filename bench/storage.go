@@ -315,9 +315,12 @@ func (s *StorageTarget) Get(ctx context.Context, key int64) error {
 	return err
 }
 
+// transferPolicy is how the bank transfers of both targets retry.
+var transferPolicy = storage.RetryPolicy{MaxAttempts: 1000}
+
 func (s *StorageTarget) Transfer(ctx context.Context, from, to, amount int64) (int, error) {
 	attempts := 0
-	err := storage.UpdateWith(ctx, s.DB, storage.RetryPolicy{MaxAttempts: 1000}, func(tx storage.Txn) error {
+	err := storage.UpdateWith(ctx, s.DB, transferPolicy, func(tx storage.Txn) error {
 		attempts++
 		acct := func(id int64) storage.Values { return storage.Values{"id": storage.BigInt(id)} }
 		a, _, err := tx.Get(ctx, &storage.Get{Namespace: s.ns, Table: "accounts", Partition: acct(from)})

@@ -83,8 +83,7 @@ func (c *Clock) Begin(ctx context.Context) (int64, error) {
 
 // End returns an end time, to be taken after the reply arrived: it scans
 // every counter, takes max + 1 and raises one counter (round-robin) to it.
-// A backend may fail a lone read or write with a retryable conflict
-// (PostgreSQL's SERIALIZABLE does); those are retried.
+// The backends retry a lone write's conflicts themselves.
 func (c *Clock) End(ctx context.Context) (int64, error) {
 	latest, err := c.latest(ctx)
 	if err != nil {
@@ -92,18 +91,12 @@ func (c *Clock) End(ctx context.Context) (int64, error) {
 	}
 	t := latest + 1
 	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
-	err = retry(ctx, func() error {
-		err := c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
-			Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
-			Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
-		if errors.Is(err, storage.ErrConditionNotMet) {
-			// Another caller already raised the counter past t, which a
-			// scan will see as well.
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
+		Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
+		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
+	// ErrConditionNotMet: another caller already raised the counter past
+	// t, which a scan will see as well.
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 		return 0, fmt.Errorf("validator: advancing the clock: %w", err)
 	}
 	// Only now does a counter hold t: a ScanEvery begin clock built on a
@@ -122,7 +115,8 @@ func (c *Clock) see(t int64) {
 	}
 }
 
-// latest returns the highest value any counter holds.
+// latest returns the highest value any counter holds. Like scanRows, it
+// retries a retryable failure while the rows stream.
 func (c *Clock) latest(ctx context.Context) (int64, error) {
 	var m int64
 	err := retry(ctx, func() error {

@@ -27,11 +27,7 @@ func (r *run) scopeKeys(s Scope) ([]string, error) {
 		if s.KeyEnd != "" {
 			sc.End = &storage.Bound{Key: storage.Values{"id": storage.Text(s.KeyEnd)}, Inclusive: false}
 		}
-		rows, err := r.v.scanRows(r.ctx, sc)
-		if err != nil {
-			return nil, err
-		}
-		all, err := storage.CollectRows(rows)
+		all, err := r.v.scanRows(r.ctx, sc)
 		if err != nil {
 			return nil, err
 		}

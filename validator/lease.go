@@ -59,7 +59,7 @@ func (v *Validator) acquireLease(ctx context.Context) (*heldLease, context.Conte
 	rand.Read(id)
 	h := &heldLease{v: v, holder: hex.EncodeToString(id), stop: make(chan struct{}), done: make(chan struct{})}
 	for {
-		row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: v.leaseKey()})
+		row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: v.leaseKey()})
 		if err != nil {
 			return nil, nil, fmt.Errorf("validator: reading the validation lease: %w", err)
 		}

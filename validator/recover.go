@@ -21,23 +21,29 @@ type Recovery struct {
 func (v *Validator) pendingTxs(ctx context.Context) ([]*Tx, error) {
 	var out []*Tx
 	for b := range int64(pendingBuckets) {
-		rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(b)},
-			Projection: []string{"nonce"}})
+		var err error
+		if out, err = v.loadListed(ctx, out, &storage.Scan{Namespace: v.ns, Table: tPending,
+			Partition: storage.Values{"bucket": storage.BigInt(b)}, Projection: []string{"nonce"}}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// loadListed appends to out the logged transactions whose nonces the
+// index rows of s name (a nonce no longer logged is skipped).
+func (v *Validator) loadListed(ctx context.Context, out []*Tx, s *storage.Scan) ([]*Tx, error) {
+	rows, err := v.scanRows(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		t, err := v.loadTx(ctx, row["nonce"].AsText())
 		if err != nil {
 			return nil, err
 		}
-		all, err := storage.CollectRows(rows)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range all {
-			t, err := v.loadTx(ctx, r["nonce"].AsText())
-			if err != nil {
-				return nil, err
-			}
-			if t != nil {
-				out = append(out, t)
-			}
+		if t != nil {
+			out = append(out, t)
 		}
 	}
 	return out, nil
@@ -56,7 +62,7 @@ func (v *Validator) scanPending(ctx context.Context) (int64, []*Tx, error) {
 
 // loadTx reads a logged transaction; nil if it is not logged.
 func (v *Validator) loadTx(ctx context.Context, nonce string) (*Tx, error) {
-	row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
+	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}})
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -383,7 +383,7 @@ func (r *run) state(id string, age int64) (state, bool, error) {
 	if s, ok := r.states[verKey{id, age}]; ok {
 		return s, true, nil
 	}
-	row, ok, err := r.v.get(r.ctx, &storage.Get{Namespace: r.v.ns, Table: tStates, Partition: storage.Values{"id": storage.Text(id)},
+	row, ok, err := r.v.db.Get(r.ctx, &storage.Get{Namespace: r.v.ns, Table: tStates, Partition: storage.Values{"id": storage.Text(id)},
 		Clustering: storage.Values{"age": storage.BigInt(age)}})
 	if err != nil || !ok {
 		return state{}, false, err
@@ -522,24 +522,11 @@ func (r *run) graphNodes() ([]*gnode, error) {
 func (v *Validator) endedBetween(ctx context.Context, lo, hi int64) ([]*Tx, error) {
 	var out []*Tx
 	for b := lo / endBucketSpan; b <= (hi-1)/endBucketSpan && lo < hi; b++ {
-		rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(b)},
+		var err error
+		if out, err = v.loadListed(ctx, out, &storage.Scan{Namespace: v.ns, Table: tEnds, Partition: storage.Values{"bucket": storage.BigInt(b)},
 			Start: &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(lo)}, Inclusive: true},
-			End:   &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(hi)}, Inclusive: false}})
-		if err != nil {
+			End:   &storage.Bound{Key: storage.Values{"end_clock": storage.BigInt(hi)}, Inclusive: false}}); err != nil {
 			return nil, err
-		}
-		all, err := storage.CollectRows(rows)
-		if err != nil {
-			return nil, err
-		}
-		for _, row := range all {
-			t, err := v.loadTx(ctx, row["nonce"].AsText())
-			if err != nil {
-				return nil, err
-			}
-			if t != nil {
-				out = append(out, t)
-			}
 		}
 	}
 	return out, nil
@@ -550,10 +537,7 @@ func (v *Validator) accesses(ctx context.Context, id string, lo, hi int64) ([]st
 	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tAccesses, Partition: storage.Values{"id": storage.Text(id)},
 		Start: &storage.Bound{Key: storage.Values{"age": storage.BigInt(lo)}, Inclusive: true},
 		End:   &storage.Bound{Key: storage.Values{"age": storage.BigInt(hi)}, Inclusive: true}})
-	if err != nil {
-		return nil, err
-	}
-	return storage.CollectRows(rows)
+	return rows, err
 }
 
 // persist records the run: states, indexes, the validated marks, the
@@ -688,11 +672,7 @@ func (b *batcher) write(chunk []storage.Mutation) error {
 
 // storedViolations returns the recorded violations in scope.
 func (v *Validator) storedViolations(ctx context.Context, s Scope) ([]Violation, error) {
-	rows, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)}})
-	if err != nil {
-		return nil, err
-	}
-	all, err := storage.CollectRows(rows)
+	all, err := v.scanRows(ctx, &storage.Scan{Namespace: v.ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)}})
 	if err != nil {
 		return nil, err
 	}

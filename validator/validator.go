@@ -129,7 +129,7 @@ func (v *Validator) pinLedgerKey(ctx context.Context) (auth.Verifier, error) {
 		return nil, fmt.Errorf("%w: the ledger signs with %s; give its key in Config.LedgerKey", ErrUnverifiable, k.Scheme)
 	}
 	meta := &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("ledger_key")}}
-	row, ok, err := v.get(ctx, meta)
+	row, ok, err := v.db.Get(ctx, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +238,8 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	}
 	t.End = end
 	row := storage.Values{"nonce": storage.Text(t.Request.Nonce)}
-	err = retry(ctx, func() error {
-		return v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
-			Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
-	})
+	err = v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
+		Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
 	if !errors.Is(err, storage.ErrConditionNotMet) {
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
@@ -251,7 +249,7 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	// Recover stamped it first. That is fine if it found the same outcome;
 	// if it gave up on the transaction (the timeout) and the reply says
 	// otherwise, the log contradicts what the caller is told.
-	got, _, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: row, Projection: []string{"status"}})
+	got, _, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: row, Projection: []string{"status"}})
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
 	}
@@ -284,7 +282,7 @@ func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, e
 		return c.(ledger.Contract), nil
 	}
 	var source []byte
-	row, ok, err := v.get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)}})
+	row, ok, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text("contract/" + id)}})
 	if err != nil {
 		return nil, err
 	}
@@ -312,19 +310,11 @@ func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, e
 	return c, nil
 }
 
-// get reads one row outside a transaction, retrying retryable conflicts
-// (PostgreSQL's SERIALIZABLE can fail even a lone read).
-func (v *Validator) get(ctx context.Context, g *storage.Get) (row storage.Row, ok bool, err error) {
-	err = retry(ctx, func() error {
-		row, ok, err = v.db.Get(ctx, g)
-		return err
-	})
-	return row, ok, err
-}
-
-// scanRows reads a whole partition range outside a transaction, retrying
-// retryable conflicts.
-func (v *Validator) scanRows(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
+// scanRows reads a whole partition range outside a transaction. The
+// backends retry a scan's start; a retryable failure while its rows
+// stream (PostgreSQL's SERIALIZABLE can fail even a lone read) is retried
+// here, from the start.
+func (v *Validator) scanRows(ctx context.Context, s *storage.Scan) ([]storage.Row, error) {
 	var all []storage.Row
 	err := retry(ctx, func() error {
 		rows, err := v.db.Scan(ctx, s)
@@ -334,8 +324,5 @@ func (v *Validator) scanRows(ctx context.Context, s *storage.Scan) (storage.Rows
 		all, err = storage.CollectRows(rows)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return storage.SliceRows(all), nil
+	return all, err
 }

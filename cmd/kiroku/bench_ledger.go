@@ -321,6 +321,8 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	// The child writes to this process's standard error, not to errw: a
 	// copying goroutine writing errw would race this process's own writes.
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// If this process dies without stopping it, the kernel stops the child.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the ledger server: %w", err)
 	}
@@ -351,7 +353,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		}
 		select {
 		case err := <-exited:
-			exited <- err
+			cpuset.Pin(cpus)
 			return nil, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
 		case <-ctx.Done():
 			stop()

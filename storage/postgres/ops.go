@@ -182,21 +182,31 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 }
 
 // Scan implements storage.Store. The rows stream from the server; the
-// connection is held until Close.
+// connection is held until Close. Starting the query is retried on a
+// conflict like the other single operations; a failure while the rows
+// stream reaches the caller through Rows.Err.
 func (b *Backend) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
-	t, err := b.table(ctx, "scan", s.Namespace, s.Table)
+	var out *pgRows
+	err := b.retry(ctx, func() error {
+		t, err := b.table(ctx, "scan", s.Namespace, s.Table)
+		if err != nil {
+			return err
+		}
+		if err := t.CheckScan(s, b.limits); err != nil {
+			return err
+		}
+		sql, args, cols := scanSQL(t, s)
+		rows, err := b.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return b.mapErr("scan", t, err, false)
+		}
+		out = &pgRows{b: b, t: t, cols: cols, rows: rows}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := t.CheckScan(s, b.limits); err != nil {
-		return nil, err
-	}
-	sql, args, cols := scanSQL(t, s)
-	rows, err := b.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, b.mapErr("scan", t, err, false)
-	}
-	return &pgRows{b: b, t: t, cols: cols, rows: rows}, nil
+	return out, nil
 }
 
 type pgRows struct {
