@@ -103,9 +103,14 @@
 //     accuses an honest ledger, whose serialization order respects real
 //     time.
 //
-// A transaction's violations are recorded in the Validator database, so a
-// later Validate scoped to a key, a key range or a transaction reports
-// them.
+// The violations validation finds are recorded in the Validator database,
+// keyed by what they are (so validating the same transactions again does
+// not record them twice), and a later Validate scoped to a key, a key range
+// or a transaction reports them. The ledger cross-check's findings
+// (dropped, reordered, unlogged or replayed versions, and outputs that
+// differ from the Validator's states) are not recorded: the cross-check
+// compares against the ledger's history as it is now, so each run that
+// asks for it finds them again.
 //
 // # Incremental validation, and why its window suffices
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math"
 	"runtime"
@@ -571,17 +572,22 @@ func (r *run) persist() error {
 		b.put(&storage.Put{Namespace: ns, Table: tKeys, Partition: storage.Values{"bucket": storage.Text(keysBucket)},
 			Clustering: storage.Values{"id": storage.Text(k)}, Values: storage.Values{"seen": storage.BigInt(seen)}})
 	}
-	at := int64(0)
-	if len(r.found) > 0 {
-		var err error
-		if at, err = r.v.clock.End(r.ctx); err != nil {
-			return err
-		}
-	}
-	for i, vl := range r.found {
+	// A violation's row is keyed by what it is, not by when it was found:
+	// at is the latest end clock among its transactions, seq a digest of
+	// its body. Validating the same transactions again (after a crash
+	// between the two flushes below) rewrites the same rows.
+	for _, vl := range r.found {
 		body, _ := json.Marshal(vl) // plain data always marshals
+		at := int64(0)
+		for _, n := range vl.Txs {
+			if g, ok := r.byNonce[n]; ok {
+				at = max(at, g.end)
+			}
+		}
+		h := fnv.New64a()
+		h.Write(body)
 		b.put(&storage.Put{Namespace: ns, Table: tViolations, Partition: storage.Values{"bucket": storage.Text(violBucket)},
-			Clustering: storage.Values{"at": storage.BigInt(at), "seq": storage.BigInt(int64(i))},
+			Clustering: storage.Values{"at": storage.BigInt(at), "seq": storage.BigInt(int64(h.Sum64() >> 1))},
 			Values:     storage.Values{"kind": storage.Text(string(vl.Kind)), "body": storage.Text(string(body))}})
 	}
 	// Everything above first: a crash between the two steps leaves the

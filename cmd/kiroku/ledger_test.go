@@ -108,9 +108,7 @@ func TestBenchLedger(t *testing.T) {
 			Floor     float64 `json:"floor_rpc_per_s"`
 		}
 	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	jsonOf(t, out, &res)
 	if res.Load.Records != 60 || len(res.Points) != 2 || res.Points[1].Threads != 3 {
 		t.Fatalf("bench ledger: %+v", res)
 	}

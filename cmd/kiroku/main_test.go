@@ -163,3 +163,16 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// jsonOf decodes the JSON object a command printed after its progress
+// lines into v, failing the test (not panicking) if there is none.
+func jsonOf(t *testing.T, out string, v any) {
+	t.Helper()
+	i, j := strings.Index(out, "{"), strings.LastIndex(out, "}")
+	if i < 0 || j < i {
+		t.Fatalf("no JSON object in the output:\n%s", out)
+	}
+	if err := json.Unmarshal([]byte(out[i:j+1]), v); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

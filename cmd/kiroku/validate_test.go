@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,9 +93,7 @@ func TestValidateCommand(t *testing.T) {
 		t.Fatalf("tampering not reported:\n%s", out)
 	}
 	var rep validator.Report
-	if jerr := json.Unmarshal([]byte(out[strings.Index(out, "{"):strings.LastIndex(out, "}")+1]), &rep); jerr != nil {
-		t.Fatalf("%v\n%s", jerr, out)
-	}
+	jsonOf(t, out, &rep)
 	if len(rep.Violations) != 1 || rep.Violations[0].Kind != validator.KindIODivergence || rep.Violations[0].Key != "k0" || rep.Violations[0].Age != 1 {
 		t.Fatalf("report: %+v", rep.Violations)
 	}
@@ -112,9 +109,7 @@ func TestBenchValidate(t *testing.T) {
 		TPS        float64 `json:"tx_per_s"`
 		GraphNodes int     `json:"graph_nodes"`
 	}
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &res); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	jsonOf(t, out, &res)
 	if res.Validated != 301 || res.TPS <= 0 || res.GraphNodes < 300 {
 		t.Fatalf("bench validate: %+v\n%s", res, out)
 	}
@@ -177,9 +172,7 @@ func checkValidatorPoint(t *testing.T, out string) string {
 			} `json:"validator_off"`
 		}
 	}
-	if err := json.Unmarshal([]byte(out[max(0, strings.Index(out, "{")):]), &res); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	jsonOf(t, out, &res)
 	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
 		t.Fatalf("bench ledger --validator on: %+v", res)
 	}
