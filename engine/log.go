@@ -138,10 +138,13 @@ type logger struct {
 	free      chan *logBuf  // written buffers for reuse
 	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 
-	mu struct {
+	// pending is the bytes queued or being written. Committers read it
+	// without a lock; a throttled one waits on mu.drained, which release
+	// broadcasts under mu after lowering it.
+	pending atomic.Int64
+	mu      struct {
 		sync.Mutex
 		queue   []*logBuf
-		pending int // bytes queued or being written
 		drained *sync.Cond
 	}
 	// spans records, per durable append, the last index and the largest
@@ -163,8 +166,8 @@ func (lg *logger) poke() {
 
 func (lg *logger) handoff(b *logBuf) {
 	lg.mu.Lock()
+	lg.pending.Add(int64(len(b.data))) // before the round that takes it can release it
 	lg.mu.queue = append(lg.mu.queue, b)
-	lg.mu.pending += len(b.data)
 	lg.mu.Unlock()
 	if len(b.data) >= lg.db.cfg.LogBufferSize {
 		lg.poke()
@@ -174,8 +177,12 @@ func (lg *logger) handoff(b *logBuf) {
 // throttle makes a committer wait, after its commit, while its logger has
 // more than MaxLogPending bytes to write.
 func (lg *logger) throttle() {
+	limit := int64(lg.db.cfg.MaxLogPending)
+	if lg.pending.Load() <= limit {
+		return
+	}
 	lg.mu.Lock()
-	for lg.mu.pending > lg.db.cfg.MaxLogPending && lg.db.failure() == nil && !lg.db.closed.Load() {
+	for lg.pending.Load() > limit && lg.db.failure() == nil && !lg.db.closed.Load() {
 		lg.poke()
 		lg.mu.drained.Wait()
 	}
@@ -183,8 +190,8 @@ func (lg *logger) throttle() {
 }
 
 func (lg *logger) release(n int) {
+	lg.pending.Add(-int64(n))
 	lg.mu.Lock()
-	lg.mu.pending -= n
 	lg.mu.drained.Broadcast()
 	lg.mu.Unlock()
 }
@@ -248,9 +255,7 @@ func (lg *logger) round() bool {
 		w.logMu.Lock()
 		if b := w.buf; b != nil && b.epoch < eNow {
 			bufs = append(bufs, b)
-			lg.mu.Lock()
-			lg.mu.pending += len(b.data)
-			lg.mu.Unlock()
+			lg.pending.Add(int64(len(b.data)))
 			w.buf = nil
 		}
 		w.logMu.Unlock()
