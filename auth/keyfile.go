@@ -186,7 +186,8 @@ func writeAndSync(f *os.File, content []byte) error {
 }
 
 // syncDir fsyncs the directory dir so that entries created or removed in it
-// survive a crash.
+// survive a crash. It is internal/vfsutil.SyncDir on the OS directly: auth
+// is imported by the client SDK, which should not pull in pebble's vfs.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

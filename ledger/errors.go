@@ -68,6 +68,15 @@ func Kind(err error) string {
 	return ""
 }
 
+// Kinds returns every wire kind name.
+func Kinds() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.name
+	}
+	return out
+}
+
 // KindError returns the sentinel named by a wire kind, or nil.
 func KindError(name string) error {
 	for _, k := range kinds {
