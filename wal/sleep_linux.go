@@ -2,6 +2,8 @@ package wal
 
 import (
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,16 +13,87 @@ import (
 // (1.08 ms for a 50 µs timer on the 2-core VMs kiroku is developed on),
 // which would stretch a 1 ms group window to 2 ms. The syncer therefore
 // locks its OS thread, sets the thread's timer slack to 1 ns, and sleeps
-// the last stretch of short, time-driven waits with nanosleep (about 60 µs
-// late there).
+// the last stretch of short, time-driven waits in ppoll on an eventfd
+// (about 60 µs late there). A nudge writes the eventfd while the syncer
+// sleeps, so a Count policy's threshold, reached mid-sleep, starts the
+// round at once instead of when the sleep ends.
 
 func lockSyncerThread() {
 	runtime.LockOSThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 }
 
-func preciseSleep(d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+// sleeper is the syncer's precise, interruptible sleep.
+type sleeper struct {
+	armed atomic.Bool  // the syncer is in, or about to enter, ppoll
+	woken atomic.Int64 // sleeps a nudge ended early
+	mu    sync.Mutex   // guards fd against close while a nudger writes it
+	fd    int          // eventfd; -1 once closed
+}
+
+func newSleeper() (*sleeper, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, err
 	}
+	return &sleeper{fd: fd}, nil
+}
+
+// sleep blocks for d or until interrupt, whichever is first. wake is the
+// syncer's nudge channel: a nudge sent before the sleeper was armed is
+// taken from it and ends the sleep at once (the syncer looks at its state
+// after every sleep, so the token has done its work); one sent after finds
+// the sleeper armed and writes the eventfd. Arming before receiving, and
+// sending before looking at armed, leaves no order in which both miss.
+func (s *sleeper) sleep(d time.Duration, wake chan struct{}) {
+	s.armed.Store(true)
+	defer s.armed.Store(false)
+	select {
+	case <-wake:
+		s.woken.Add(1)
+		return
+	default:
+	}
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(int64(d))
+	start := time.Now()
+	for {
+		n, err := unix.Ppoll(fds, &ts, nil)
+		if n > 0 {
+			s.woken.Add(1)
+			break
+		}
+		if err != unix.EINTR {
+			break
+		}
+		left := d - time.Since(start)
+		if left <= 0 {
+			break
+		}
+		ts = unix.NsecToTimespec(int64(left))
+	}
+	var buf [8]byte
+	_, _ = unix.Read(s.fd, buf[:]) // drain; EAGAIN when the timeout ended it
+}
+
+// interrupt ends a sleep in progress.
+func (s *sleeper) interrupt() {
+	if !s.armed.Load() {
+		return
+	}
+	one := [8]byte{1}
+	s.mu.Lock()
+	if s.fd >= 0 {
+		_, _ = unix.Write(s.fd, one[:]) // EAGAIN only if the counter is full: it is already readable
+	}
+	s.mu.Unlock()
+}
+
+func (s *sleeper) close() {
+	s.mu.Lock()
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+	s.mu.Unlock()
 }

@@ -6,4 +6,11 @@ import "time"
 
 func lockSyncerThread() {}
 
-func preciseSleep(d time.Duration) { time.Sleep(d) }
+// sleeper elsewhere is time.Sleep: a nudge is seen when the sleep ends
+// (at most pollChunk late).
+type sleeper struct{}
+
+func newSleeper() (*sleeper, error)                     { return &sleeper{}, nil }
+func (*sleeper) sleep(d time.Duration, _ chan struct{}) { time.Sleep(d) }
+func (*sleeper) interrupt()                             {}
+func (*sleeper) close()                                 {}

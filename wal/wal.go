@@ -100,6 +100,7 @@ type Log struct {
 	closeErr  error
 
 	wake     chan struct{} // capacity 1: a nudge for the syncer
+	sleeper  *sleeper      // the syncer's precise sleep; nil under Batch, which never waits
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the syncer has exited
 	prep     chan prepared // zero-filled segment files, ready to use
@@ -175,6 +176,12 @@ func Open(cfg Config) (*Log, error) {
 	if err := l.recover(); err != nil {
 		l.closeFiles()
 		return nil, err
+	}
+	if cfg.Policy.Kind != Batch {
+		if l.sleeper, err = newSleeper(); err != nil {
+			l.closeFiles()
+			return nil, fmt.Errorf("wal: %w", err)
+		}
 	}
 	l.mu.round = newRound()
 	l.lastSync = time.Now() // Periodic counts its interval from here
@@ -450,6 +457,9 @@ func (l *Log) nudge() {
 	case l.wake <- struct{}{}:
 	default:
 	}
+	if l.sleeper != nil {
+		l.sleeper.interrupt()
+	}
 }
 
 // Sync makes every record appended so far durable, whatever the policy,
@@ -483,7 +493,7 @@ func (l *Log) Sync(ctx context.Context) error {
 
 // ---- the syncer ----------------------------------------------------------
 
-// Waits shorter than preciseWait are slept precisely (preciseSleep), in
+// Waits shorter than preciseWait are slept precisely (sleeper.sleep), in
 // chunks of at most pollChunk, looking for work between chunks; longer ones
 // block on the channels with a runtime timer that ends preciseWait early.
 const (
@@ -493,8 +503,11 @@ const (
 
 func (l *Log) syncLoop() {
 	defer close(l.done)
+	if l.sleeper != nil {
+		defer l.sleeper.close()
+	}
 	if l.cfg.Policy.Kind == Group || l.cfg.Policy.Kind == Count {
-		lockSyncerThread() // only these sleep precisely
+		lockSyncerThread() // their windows are short; Periodic's are not
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -520,8 +533,9 @@ func (l *Log) syncLoop() {
 		var tc <-chan time.Time
 		switch {
 		case a.wait > 0 && a.wait <= preciseWait:
-			// Sleep precisely, then look for requests and decide again.
-			preciseSleep(min(a.wait, pollChunk))
+			// Sleep precisely, until a nudge at the latest, then look for
+			// requests and decide again.
+			l.sleeper.sleep(min(a.wait, pollChunk), l.wake)
 			tc = expired
 		case a.wait > 0:
 			timer.Reset(a.wait - preciseWait)

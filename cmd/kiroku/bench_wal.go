@@ -23,6 +23,7 @@ func benchWALCmd() *cobra.Command {
 		curve    bool
 		rates    string
 		modes    string
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "wal",
@@ -45,6 +46,13 @@ output and is never on by default.
 			out := cmd.OutOrStdout()
 			if cfg.Dir == "" {
 				cfg.Dir = os.TempDir()
+			}
+			if profile != "" {
+				stopProfile, err := startCPUProfile(profile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
 			}
 			var results []bench.WALResult
 			run := func(c bench.WALConfig) error {
@@ -115,6 +123,7 @@ output and is never on by default.
 	f.Int64Var(&cfg.SegmentSize, "segment-size", 0, "segment size in bytes (0 = the log's default, 64 MiB)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&baseline, "baseline", true, "also measure raw on the same disk in the same run")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	f.BoolVar(&curve, "curve", false, "sweep --modes over --rates")
 	f.StringVar(&rates, "rates", "500,1000,2000,5000,10000,20000,50000,0", "with --curve: offered rates (0 = closed loop)")
 	f.StringVar(&modes, "modes", "batch,group:1ms,group:2ms,group:5ms,group:10ms", "with --curve: modes, group:WINDOW for group")
