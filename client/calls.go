@@ -12,7 +12,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/ledger"
-	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/wire"
 )
 
 func (c *Client) admin(ctx context.Context) (context.Context, error) {
@@ -118,7 +118,7 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // state if a retry finds the nonce used.
 func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
 	reply, attempts, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
-		return c.api.ExecuteContract(ctx, server.RequestToAPI(r), o...)
+		return c.api.ExecuteContract(ctx, wire.RequestToAPI(r), o...)
 	})
 	if err != nil {
 		if attempts > 0 && errors.Is(err, ledger.ErrNonceReused) {
@@ -126,7 +126,7 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 		}
 		return nil, err
 	}
-	return server.ResultFromAPI(reply)
+	return wire.ResultFromAPI(reply)
 }
 
 // recover rebuilds the outcome of a request whose reply was lost.
@@ -140,7 +140,7 @@ func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, err
 		return c.CommittedResult(ctx, st)
 	case ledger.TxAborted:
 		if s := ledger.KindError(st.Kind); s != nil {
-			return nil, &Error{Kind: st.Kind, Msg: st.Reason, sentinel: s}
+			return nil, &Error{Code: wire.Code(st.Kind), Kind: st.Kind, Msg: st.Reason, sentinel: s}
 		}
 		return nil, fmt.Errorf("client: transaction %s aborted: %s", nonce, st.Reason)
 	}
@@ -170,7 +170,7 @@ func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, er
 	if err != nil {
 		return nil, err
 	}
-	return server.TxStateFromAPI(st)
+	return wire.TxStateFromAPI(st)
 }
 
 // History returns versions of asset id.
@@ -183,7 +183,7 @@ func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]
 	}
 	out := make([]*ledger.Version, 0, len(reply.Versions))
 	for _, v := range reply.Versions {
-		lv, err := server.VersionFromAPI(v)
+		lv, err := wire.VersionFromAPI(v)
 		if err != nil {
 			return nil, err
 		}
@@ -200,7 +200,7 @@ func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof
 	if err != nil {
 		return nil, err
 	}
-	return server.ProofFromAPI(p)
+	return wire.ProofFromAPI(p)
 }
 
 // ValidateLedger asks the ledger to validate versions [start, end] of id.

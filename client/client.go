@@ -35,7 +35,7 @@ import (
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/ledger"
-	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/wire"
 )
 
 // Config is a client's identity and server. Exactly one of Secret and
@@ -250,7 +250,7 @@ func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opt
 		// A commit whose outcome the server could not learn is a lost
 		// reply too: the retry, with the same nonce, finds out.
 		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil) ||
-			(code == codes.Unknown && slices.Contains(trailer.Get(server.ErrorKindKey), server.KindCommitUnknown))
+			(code == codes.Unknown && slices.Contains(trailer.Get(wire.ErrorKindKey), wire.KindCommitUnknown))
 		if !lost {
 			return zero, attempt, fromStatus(err, trailer)
 		}
@@ -264,7 +264,7 @@ func fromStatus(err error, trailer metadata.MD) error {
 	if !ok {
 		return err
 	}
-	if kinds := trailer.Get(server.ErrorKindKey); len(kinds) > 0 {
+	if kinds := trailer.Get(wire.ErrorKindKey); len(kinds) > 0 {
 		if s := ledger.KindError(kinds[0]); s != nil {
 			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: s}
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,10 +196,20 @@ func TestLostReplyIsRecovered(t *testing.T) {
 	srv := startServer(t, server.Options{AdminToken: token})
 	secret := bytes.Repeat([]byte{9}, 32)
 	var dropped atomic.Int32
+	var registrations sync.Map // method → a reply was lost already
 	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if method == api.Ledger_ExecuteContract_FullMethodName && dropped.Add(1)%2 == 1 {
-			return status.Error(codes.Unavailable, "reply lost (test)")
+		switch method {
+		case api.Ledger_ExecuteContract_FullMethodName:
+			if dropped.Add(1)%2 == 1 {
+				return status.Error(codes.Unavailable, "reply lost (test)")
+			}
+		case api.Ledger_RegisterSecret_FullMethodName, api.Ledger_RegisterContract_FullMethodName:
+			// The first registration is stored and its reply lost: the
+			// retry must find it registered, not fail as a duplicate.
+			if _, lost := registrations.LoadOrStore(method, true); !lost && err == nil {
+				return status.Error(codes.Unavailable, "reply lost (test)")
+			}
 		}
 		return err
 	}
@@ -222,10 +233,12 @@ func TestLostReplyIsRecovered(t *testing.T) {
 	if latest, _ := srv.Ledger.Latest(ctx, "x"); latest != 2 {
 		t.Fatalf("asset x at age %d after 3 executes with lost replies; want 2", latest)
 	}
-	// A lost reply of an aborted request recovers its error.
+	// A lost reply of an aborted request recovers its error, with the
+	// code the server would have sent.
 	_, err := c.Execute(ctx, "counter", []byte(`{"id":"x","max":1}`))
-	if !errors.Is(err, ledger.ErrContractFailed) {
-		t.Fatalf("recovered abort: %v", err)
+	var ce *client.Error
+	if !errors.Is(err, ledger.ErrContractFailed) || !errors.As(err, &ce) || ce.Code != codes.FailedPrecondition {
+		t.Fatalf("recovered abort: %#v", err)
 	}
 }
 

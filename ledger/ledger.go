@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,7 +83,7 @@ func (l *Ledger) RegisterCertificate(ctx context.Context, entity string, keyVers
 	if _, err := auth.ParseCertificatePEM(certPEM); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeECDSA, certPEM)
+	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeECDSA, certPEM, func(stored []byte) bool { return bytes.Equal(stored, certPEM) })
 }
 
 // RegisterSecret registers an HMAC-SHA256 secret as the key of (entity,
@@ -100,7 +102,11 @@ func (l *Ledger) RegisterSecret(ctx context.Context, entity string, keyVersion u
 	if err != nil {
 		return err
 	}
-	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeHMAC, sealed)
+	ad := secretAD(entity, keyVersion)
+	return l.putIdentity(ctx, entity, keyVersion, auth.SchemeHMAC, sealed, func(stored []byte) bool {
+		got, err := l.cfg.Secrets.Open(stored, ad)
+		return err == nil && hmac.Equal(got, secret)
+	})
 }
 
 // secretAD binds a sealed secret to its identity, so a sealed secret moved
@@ -109,16 +115,35 @@ func secretAD(entity string, keyVersion uint32) []byte {
 	return []byte("kiroku/secret/" + entity + "/" + strconv.FormatUint(uint64(keyVersion), 10))
 }
 
-func (l *Ledger) putIdentity(ctx context.Context, entity string, keyVersion uint32, scheme auth.Scheme, material []byte) error {
-	err := l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tIdentities,
-		Partition:  storage.Values{"entity": storage.Text(entity)},
-		Clustering: storage.Values{"key_version": storage.BigInt(int64(keyVersion))},
-		Values:     storage.Values{"scheme": storage.BigInt(int64(scheme)), "material": storage.Blob(material)},
-		Condition:  storage.IfNotExists()})
-	if errors.Is(err, storage.ErrConditionNotMet) {
-		return fmt.Errorf("%w: %s version %d", ErrIdentityExists, entity, keyVersion)
+// putIdentity stores (entity, keyVersion) unless it exists. Repeating the
+// same registration succeeds, so a caller can retry one whose reply was
+// lost: same(stored material) says whether the stored identity is this one
+// (a sealed secret differs byte for byte from a second sealing of it).
+func (l *Ledger) putIdentity(ctx context.Context, entity string, keyVersion uint32, scheme auth.Scheme, material []byte,
+	same func(stored []byte) bool) error {
+	part := storage.Values{"entity": storage.Text(entity)}
+	clust := storage.Values{"key_version": storage.BigInt(int64(keyVersion))}
+	err := l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tIdentities, Partition: part, Clustering: clust,
+		Values:    storage.Values{"scheme": storage.BigInt(int64(scheme)), "material": storage.Blob(material)},
+		Condition: storage.IfNotExists()})
+	if !errors.Is(err, storage.ErrConditionNotMet) {
+		return err
 	}
-	return err
+	row, ok, err := l.b.Get(ctx, &storage.Get{Namespace: l.ns, Table: tIdentities, Partition: part, Clustering: clust})
+	if err != nil {
+		return err
+	}
+	if ok {
+		rr := &rowReader{what: fmt.Sprintf("identity %s version %d", entity, keyVersion), r: row}
+		stored, storedScheme := rr.blob("material"), auth.Scheme(rr.bigint("scheme"))
+		if rr.err != nil {
+			return rr.err
+		}
+		if storedScheme == scheme && same(stored) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s version %d", ErrIdentityExists, entity, keyVersion)
 }
 
 // verifier returns the verifier of (entity, keyVersion).
@@ -172,7 +197,8 @@ func (l *Ledger) verifier(ctx context.Context, entity string, keyVersion uint32)
 
 // RegisterContract verifies the registration's signature, compiles the
 // source and stores it under its id. Ids are immutable: registering an id
-// twice fails with ErrContractExists.
+// again with other source, or from another identity, fails with
+// ErrContractExists; repeating the same registration succeeds.
 func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration) error {
 	if err := checkID("contract id", reg.ID); err != nil {
 		return err
@@ -199,16 +225,33 @@ func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration
 	if _, err := compileStarlark(reg.ID, reg.Source); err != nil {
 		return err
 	}
-	err = l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tContracts,
-		Partition:  storage.Values{"bucket": storage.Text(contractBucket)},
-		Clustering: storage.Values{"id": storage.Text(reg.ID)},
+	part := storage.Values{"bucket": storage.Text(contractBucket)}
+	clust := storage.Values{"id": storage.Text(reg.ID)}
+	err = l.b.Put(ctx, &storage.Put{Namespace: l.ns, Table: tContracts, Partition: part, Clustering: clust,
 		Values: storage.Values{"source": storage.Blob(reg.Source), "entity": storage.Text(reg.Entity),
 			"key_version": storage.BigInt(int64(reg.KeyVersion)), "signature": storage.Blob(reg.Signature)},
 		Condition: storage.IfNotExists()})
-	if errors.Is(err, storage.ErrConditionNotMet) {
-		return fmt.Errorf("%w: %s", ErrContractExists, reg.ID)
+	if !errors.Is(err, storage.ErrConditionNotMet) {
+		return err
 	}
-	return err
+	// The same source from the same registrant is this registration
+	// repeated (a retry whose first reply was lost): it keeps the first
+	// signature, which states the same thing.
+	row, ok, err := l.b.Get(ctx, &storage.Get{Namespace: l.ns, Table: tContracts, Partition: part, Clustering: clust})
+	if err != nil {
+		return err
+	}
+	if ok {
+		rr := &rowReader{what: "contract " + reg.ID, r: row}
+		source, entity, kv := rr.blob("source"), rr.text("entity"), rr.bigint("key_version")
+		if rr.err != nil {
+			return rr.err
+		}
+		if bytes.Equal(source, reg.Source) && entity == reg.Entity && kv == int64(reg.KeyVersion) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrContractExists, reg.ID)
 }
 
 // ContractInfo describes a registered contract.

@@ -28,6 +28,7 @@ type fixture struct {
 	l       *Ledger
 	hmac    client
 	ecdsa   client
+	bobCert []byte // bob's registered certificate
 	nonceNo int
 }
 
@@ -106,6 +107,7 @@ func newFixture(t *testing.T, b storage.Backend) *fixture {
 	bk, _ := auth.ParsePrivateKeyPEM(keyPEM)
 	es, _ := auth.NewECDSASigner(bk)
 	f.ecdsa = client{"bob", es}
+	f.bobCert = certPEM
 	return f
 }
 
@@ -321,7 +323,20 @@ func TestRegistrationRejects(t *testing.T) {
 			}
 			return f.register(f.ecdsa, "dup", "def invoke(ledger, args):\n  return 2\n")
 		}, ErrContractExists},
+		// Repeating a registration (a retry whose reply was lost) succeeds;
+		// the same id or identity with anything else changed does not.
+		{"same contract again", func() error {
+			src := "def invoke(ledger, args):\n  return 3\n"
+			if err := f.register(f.ecdsa, "again", src); err != nil {
+				return err
+			}
+			return f.register(f.ecdsa, "again", src) // ECDSA: a second, different signature
+		}, nil},
+		{"same source from another entity", func() error { return f.register(f.hmac, "again", "def invoke(ledger, args):\n  return 3\n") }, ErrContractExists},
 		{"identity twice", func() error { return f.l.RegisterSecret(ctx, "alice", 1, bytes.Repeat([]byte("t"), 32)) }, ErrIdentityExists},
+		{"same secret again", func() error { return f.l.RegisterSecret(ctx, "alice", 1, bytes.Repeat([]byte("s"), 32)) }, nil},
+		{"same certificate again", func() error { return f.l.RegisterCertificate(ctx, "bob", 1, f.bobCert) }, nil},
+		{"a certificate where a secret is", func() error { return f.l.RegisterCertificate(ctx, "alice", 1, f.bobCert) }, ErrIdentityExists},
 		{"short secret", func() error { return f.l.RegisterSecret(ctx, "dave", 1, []byte("short")) }, ErrBadRequest},
 		{"not a certificate", func() error { return f.l.RegisterCertificate(ctx, "erin", 1, []byte("hello")) }, ErrBadRequest},
 	}
@@ -340,7 +355,7 @@ func TestRegistrationRejects(t *testing.T) {
 	for _, c := range list {
 		ids = append(ids, c.ID)
 	}
-	if got := strings.Join(ids, ","); got != "builtin.bulk_load,builtin.ycsb_c,builtin.ycsb_f,dup" {
+	if got := strings.Join(ids, ","); got != "builtin.bulk_load,builtin.ycsb_c,builtin.ycsb_f,again,dup" {
 		t.Fatalf("contracts %s", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/wire"
 )
 
 // FuzzExecuteRequest feeds arbitrary bytes through what the server does
@@ -41,7 +42,7 @@ func FuzzExecuteRequest(f *testing.F) {
 	hs, _ := auth.NewHMACSigner(secret)
 	sign := func(r *ledger.Request) []byte {
 		r.Signature, _ = hs.Sign(r.SigningBytes())
-		b, _ := proto.Marshal(RequestToAPI(r))
+		b, _ := proto.Marshal(wire.RequestToAPI(r))
 		return b
 	}
 	f.Add(sign(&ledger.Request{Nonce: "n1", ContractID: "builtin.bulk_load", Argument: []byte(`{"prefix":"a","first":0,"count":2,"payload":"p"}`), Entity: "alice", KeyVersion: 1}))
@@ -51,11 +52,11 @@ func FuzzExecuteRequest(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x0a, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var wire api.ExecuteRequest
-		if err := proto.Unmarshal(data, &wire); err != nil {
+		var msg api.ExecuteRequest
+		if err := proto.Unmarshal(data, &msg); err != nil {
 			return
 		}
-		req := RequestFromAPI(&wire)
+		req := wire.RequestFromAPI(&msg)
 		_, err := l.Execute(ctx, req)
 		if err == nil {
 			good, _ := hs.Sign(req.SigningBytes())

@@ -5,8 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -17,15 +15,8 @@ import (
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/wire"
 )
-
-// ErrorKindKey is the trailer that carries the ledger's error kind.
-const ErrorKindKey = "kiroku-error"
-
-// KindCommitUnknown is the trailer's kind for a commit whose outcome the
-// server could not learn (storage.ErrCommitUnknown); the transaction may
-// have committed, so a client retries with the same nonce.
-const KindCommitUnknown = "commit_unknown"
 
 // service implements api.LedgerServer over a ledger.
 type service struct {
@@ -83,11 +74,11 @@ func (s *service) ListContracts(ctx context.Context, _ *api.ListContractsRequest
 }
 
 func (s *service) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*api.ExecuteReply, error) {
-	res, err := s.l.Execute(ctx, RequestFromAPI(r))
+	res, err := s.l.Execute(ctx, wire.RequestFromAPI(r))
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	return ResultToAPI(res), nil
+	return wire.ResultToAPI(res), nil
 }
 
 func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.GetAssetReply, error) {
@@ -97,7 +88,7 @@ func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.Ge
 	}
 	out := &api.GetAssetReply{}
 	for _, v := range vs {
-		out.Versions = append(out.Versions, VersionToAPI(v))
+		out.Versions = append(out.Versions, wire.VersionToAPI(v))
 	}
 	return out, nil
 }
@@ -107,7 +98,7 @@ func (s *service) GetProof(ctx context.Context, r *api.GetProofRequest) (*api.Pr
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	return ProofToAPI(p), nil
+	return wire.ProofToAPI(p), nil
 }
 
 func (s *service) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*api.TxState, error) {
@@ -115,7 +106,7 @@ func (s *service) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*ap
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	return TxStateToAPI(st), nil
+	return wire.TxStateToAPI(st), nil
 }
 
 func (s *service) ValidateLedger(ctx context.Context, r *api.ValidateLedgerRequest) (*api.ValidateLedgerReply, error) {
@@ -143,29 +134,16 @@ func toStatus(ctx context.Context, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := codes.Internal
 	kind := ledger.Kind(err)
-	switch kind {
-	case "bad_request", "bad_argument", "bad_contract", "bad_value", "too_large":
-		code = codes.InvalidArgument
-	case "unknown_entity", "bad_signature":
-		code = codes.Unauthenticated
-	case "nonce_reused", "contract_exists", "identity_exists":
-		code = codes.AlreadyExists
-	case "unknown_contract", "not_found":
-		code = codes.NotFound
-	case "contract_failed", "step_limit", "call_depth":
-		code = codes.FailedPrecondition
-	case "registration_disabled":
-		code = codes.PermissionDenied
-	case "":
+	code := wire.Code(kind)
+	if kind == "" {
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			code = codes.DeadlineExceeded
 		case errors.Is(err, context.Canceled):
 			code = codes.Canceled
 		case errors.Is(err, storage.ErrCommitUnknown):
-			code, kind = codes.Unknown, KindCommitUnknown
+			code, kind = codes.Unknown, wire.KindCommitUnknown
 		case errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrClosed):
 			code = codes.Unavailable
 		case errors.Is(err, storage.ErrRetriesExhausted), errors.Is(err, storage.ErrConflict):
@@ -173,132 +151,7 @@ func toStatus(ctx context.Context, err error) error {
 		}
 	}
 	if kind != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(ErrorKindKey, kind))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorKindKey, kind))
 	}
 	return status.Error(code, err.Error())
-}
-
-// RequestFromAPI converts a wire request.
-func RequestFromAPI(r *api.ExecuteRequest) *ledger.Request {
-	return &ledger.Request{Nonce: r.Nonce, ContractID: r.ContractId, Argument: r.Argument, Entity: r.Entity,
-		KeyVersion: r.KeyVersion, Signature: r.Signature}
-}
-
-// RequestToAPI converts a request for the wire.
-func RequestToAPI(r *ledger.Request) *api.ExecuteRequest {
-	return &api.ExecuteRequest{Nonce: r.Nonce, ContractId: r.ContractID, Argument: r.Argument, Entity: r.Entity,
-		KeyVersion: r.KeyVersion, Signature: r.Signature}
-}
-
-func inputToAPI(m map[string]int64) []*api.InputEntry {
-	out := make([]*api.InputEntry, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, &api.InputEntry{Id: k, Age: m[k]})
-	}
-	return out
-}
-
-// inputFromAPI converts a wire input set; a repeated id is an error.
-func inputFromAPI(in []*api.InputEntry) (map[string]int64, error) {
-	m := make(map[string]int64, len(in))
-	for _, e := range in {
-		if _, dup := m[e.Id]; dup {
-			return nil, fmt.Errorf("%w: input names %s twice", ledger.ErrBadRequest, e.Id)
-		}
-		m[e.Id] = e.Age
-	}
-	return m, nil
-}
-
-// ProofToAPI converts a proof for the wire.
-func ProofToAPI(p *ledger.Proof) *api.Proof {
-	return &api.Proof{Id: p.ID, Age: p.Age, Nonce: p.Nonce, Input: inputToAPI(p.Input), Hash: p.Hash,
-		PrevHash: p.PrevHash, Signature: p.Signature}
-}
-
-// ProofFromAPI converts a wire proof.
-func ProofFromAPI(p *api.Proof) (*ledger.Proof, error) {
-	in, err := inputFromAPI(p.Input)
-	if err != nil {
-		return nil, err
-	}
-	return &ledger.Proof{ID: p.Id, Age: p.Age, Nonce: p.Nonce, Input: in, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}, nil
-}
-
-// VersionToAPI converts a version for the wire.
-func VersionToAPI(v *ledger.Version) *api.AssetVersion {
-	return &api.AssetVersion{Id: v.ID, Age: v.Age, Input: inputToAPI(v.Input), Output: v.Output, ContractId: v.Contract,
-		Argument: v.Argument, Nonce: v.Nonce, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature,
-		PrevHash: v.PrevHash, Hash: v.Hash, ProofSignature: v.ProofSignature}
-}
-
-// VersionFromAPI converts a wire version.
-func VersionFromAPI(v *api.AssetVersion) (*ledger.Version, error) {
-	in, err := inputFromAPI(v.Input)
-	if err != nil {
-		return nil, err
-	}
-	return &ledger.Version{ID: v.Id, Age: v.Age, Input: in, Output: v.Output, Contract: v.ContractId, Argument: v.Argument,
-		Nonce: v.Nonce, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature, PrevHash: v.PrevHash,
-		Hash: v.Hash, ProofSignature: v.ProofSignature}, nil
-}
-
-// ResultToAPI converts an execution's result for the wire.
-func ResultToAPI(res *ledger.Result) *api.ExecuteReply {
-	out := &api.ExecuteReply{Nonce: res.Nonce, Result: res.Result, ContractId: res.Contract, Input: inputToAPI(res.Input),
-		Signature: res.Signature}
-	for i := range res.Proofs {
-		out.Proofs = append(out.Proofs, ProofToAPI(&res.Proofs[i]))
-	}
-	return out
-}
-
-// ResultFromAPI converts a wire result. The receipt's write set is the one
-// the proofs state.
-func ResultFromAPI(r *api.ExecuteReply) (*ledger.Result, error) {
-	in, err := inputFromAPI(r.Input)
-	if err != nil {
-		return nil, err
-	}
-	res := &ledger.Result{Receipt: ledger.Receipt{Nonce: r.Nonce, Contract: r.ContractId, Input: in, Result: r.Result,
-		Writes: make(map[string]int64, len(r.Proofs)), Signature: r.Signature}}
-	for _, p := range r.Proofs {
-		lp, err := ProofFromAPI(p)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := res.Writes[lp.ID]; dup {
-			return nil, fmt.Errorf("%w: two proofs for asset %s", ledger.ErrBadRequest, lp.ID)
-		}
-		res.Writes[lp.ID] = lp.Age
-		res.Proofs = append(res.Proofs, *lp)
-	}
-	return res, nil
-}
-
-// TxStateToAPI converts a transaction state for the wire.
-func TxStateToAPI(st *ledger.TxState) *api.TxState {
-	out := &api.TxState{Nonce: st.Nonce, Status: string(st.Status), Kind: st.Kind, Reason: st.Reason,
-		ContractId: st.Contract, Result: st.Result, Signature: st.Signature}
-	if st.Writes != nil {
-		out.Writes = inputToAPI(st.Writes)
-	}
-	if st.Input != nil {
-		out.Input = inputToAPI(st.Input)
-	}
-	return out
-}
-
-// TxStateFromAPI converts a wire transaction state.
-func TxStateFromAPI(t *api.TxState) (*ledger.TxState, error) {
-	st := &ledger.TxState{Nonce: t.Nonce, Status: ledger.TxStatus(t.Status), Kind: t.Kind, Reason: t.Reason,
-		Contract: t.ContractId, Result: t.Result, Signature: t.Signature}
-	var err error
-	if st.Writes, err = inputFromAPI(t.Writes); err != nil {
-		return nil, err
-	}
-	if st.Input, err = inputFromAPI(t.Input); err != nil {
-		return nil, err
-	}
-	return st, nil
 }

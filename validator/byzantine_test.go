@@ -27,6 +27,7 @@ import (
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/wire"
 )
 
 // A Byzantine ledger for the Validator's tests: a gRPC proxy in front of a
@@ -214,7 +215,7 @@ func (p *byzProxy) GetAsset(ctx context.Context, in *api.GetAssetRequest) (*api.
 			break
 		}
 		for _, av := range page.Versions {
-			v, err := server.VersionFromAPI(av)
+			v, err := wire.VersionFromAPI(av)
 			if err != nil {
 				return nil, err
 			}
@@ -229,7 +230,7 @@ func (p *byzProxy) GetAsset(ctx context.Context, in *api.GetAssetRequest) (*api.
 	out := &api.GetAssetReply{}
 	for _, v := range hist {
 		if v.Age >= in.StartAge && (in.EndAge < 0 || v.Age <= in.EndAge) {
-			out.Versions = append(out.Versions, server.VersionToAPI(v))
+			out.Versions = append(out.Versions, wire.VersionToAPI(v))
 		}
 	}
 	if in.Descending {
@@ -270,7 +271,7 @@ func (p *byzProxy) Output(ctx context.Context, id string, age int64) ([]byte, er
 // version age−1 — hashed and signed with the ledger's key exactly as the
 // ledger would. The real ledger does not see the request.
 func (p *byzProxy) fabricate(ctx context.Context, in *api.ExecuteRequest, input, writes map[string]int64, prev map[string][]byte) (*api.ExecuteReply, error) {
-	req := server.RequestFromAPI(in)
+	req := wire.RequestFromAPI(in)
 	rep, div, err := ledger.Replay(ctx, ledger.Limits{}, p.contract, req.ContractID, req.Argument, input, writes, p)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "byzantine proxy: re-executing %s: %v", req.Nonce, err)
@@ -301,7 +302,7 @@ func (p *byzProxy) fabricate(ctx context.Context, in *api.ExecuteRequest, input,
 	if res.Signature, err = p.signer.Sign(res.Receipt.SigningBytes()); err != nil {
 		return nil, err
 	}
-	return server.ResultToAPI(res), nil
+	return wire.ResultToAPI(res), nil
 }
 
 // alter has the real ledger execute in, then lets f doctor the result
@@ -311,14 +312,14 @@ func (p *byzProxy) alter(ctx context.Context, in *api.ExecuteRequest, f func(res
 	if err != nil {
 		return nil, err
 	}
-	res, err := server.ResultFromAPI(reply)
+	res, err := wire.ResultFromAPI(reply)
 	if err != nil {
 		return nil, err
 	}
 	if err := f(res); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return server.ResultToAPI(res), nil
+	return wire.ResultToAPI(res), nil
 }
 
 // resign signs res's proofs and receipt anew with the ledger's key.
@@ -516,7 +517,7 @@ func TestByzantine(t *testing.T) {
 		e := newByzEnv(t)
 		load(t, e)
 		e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
-			req := server.RequestFromAPI(in)
+			req := wire.RequestFromAPI(in)
 			return e.p.alter(ctx, in, func(res *ledger.Result) error {
 				pr := &res.Proofs[0]
 				forged := &ledger.Version{ID: pr.ID, Age: pr.Age, Input: pr.Input, Output: []byte(`{"payload":"forged","updates":1}`),
