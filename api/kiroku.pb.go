@@ -1252,15 +1252,19 @@ func (x *ValidateLedgerRequest) GetEndAge() int64 {
 }
 
 type ValidateLedgerReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	StartAge      int64                  `protobuf:"varint,2,opt,name=start_age,json=startAge,proto3" json:"start_age,omitempty"`
-	EndAge        int64                  `protobuf:"varint,3,opt,name=end_age,json=endAge,proto3" json:"end_age,omitempty"`
-	Checked       int64                  `protobuf:"varint,4,opt,name=checked,proto3" json:"checked,omitempty"`
-	Ok            bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
-	FaultAge      int64                  `protobuf:"varint,6,opt,name=fault_age,json=faultAge,proto3" json:"fault_age,omitempty"`
-	FaultCheck    string                 `protobuf:"bytes,7,opt,name=fault_check,json=faultCheck,proto3" json:"fault_check,omitempty"` // chain, hash, prev_hash, proof_signature, client_signature, nonce, output
-	FaultDetail   string                 `protobuf:"bytes,8,opt,name=fault_detail,json=faultDetail,proto3" json:"fault_detail,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	StartAge    int64                  `protobuf:"varint,2,opt,name=start_age,json=startAge,proto3" json:"start_age,omitempty"`
+	EndAge      int64                  `protobuf:"varint,3,opt,name=end_age,json=endAge,proto3" json:"end_age,omitempty"`
+	Checked     int64                  `protobuf:"varint,4,opt,name=checked,proto3" json:"checked,omitempty"`
+	Ok          bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
+	FaultAge    int64                  `protobuf:"varint,6,opt,name=fault_age,json=faultAge,proto3" json:"fault_age,omitempty"`
+	FaultCheck  string                 `protobuf:"bytes,7,opt,name=fault_check,json=faultCheck,proto3" json:"fault_check,omitempty"` // chain, hash, prev_hash, proof_signature, client_signature, nonce, output
+	FaultDetail string                 `protobuf:"bytes,8,opt,name=fault_detail,json=faultDetail,proto3" json:"fault_detail,omitempty"`
+	// The server validates at most its per-call bound of versions; true when
+	// that bound stopped it before the asked end (and no fault was found):
+	// ask again from end_age + 1.
+	Truncated     bool `protobuf:"varint,9,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1349,6 +1353,13 @@ func (x *ValidateLedgerReply) GetFaultDetail() string {
 		return x.FaultDetail
 	}
 	return ""
+}
+
+func (x *ValidateLedgerReply) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 type GetLedgerKeyRequest struct {
@@ -1557,7 +1568,7 @@ const file_kiroku_proto_rawDesc = "" +
 	"\x15ValidateLedgerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tstart_age\x18\x02 \x01(\x03R\bstartAge\x12\x17\n" +
-	"\aend_age\x18\x03 \x01(\x03R\x06endAge\"\xe6\x01\n" +
+	"\aend_age\x18\x03 \x01(\x03R\x06endAge\"\x84\x02\n" +
 	"\x13ValidateLedgerReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tstart_age\x18\x02 \x01(\x03R\bstartAge\x12\x17\n" +
@@ -1567,7 +1578,8 @@ const file_kiroku_proto_rawDesc = "" +
 	"\tfault_age\x18\x06 \x01(\x03R\bfaultAge\x12\x1f\n" +
 	"\vfault_check\x18\a \x01(\tR\n" +
 	"faultCheck\x12!\n" +
-	"\ffault_detail\x18\b \x01(\tR\vfaultDetail\"\x15\n" +
+	"\ffault_detail\x18\b \x01(\tR\vfaultDetail\x12\x1c\n" +
+	"\ttruncated\x18\t \x01(\bR\ttruncated\"\x15\n" +
 	"\x13GetLedgerKeyRequest\"k\n" +
 	"\tLedgerKey\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12$\n" +

@@ -203,12 +203,34 @@ func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof
 	return wire.ProofFromAPI(p)
 }
 
-// ValidateLedger asks the ledger to validate versions [start, end] of id.
+// ValidateLedger asks the ledger to validate versions [start, end] of id
+// (end < 0: up to the latest). The server checks a bounded number of
+// versions per call; ValidateLedger calls again from where each call
+// stopped and returns the whole range's outcome.
 func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64) (*api.ValidateLedgerReply, error) {
-	v, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
-		return c.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
-	})
-	return v, err
+	var total *api.ValidateLedgerReply
+	for {
+		v, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
+			return c.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if total == nil {
+			total = v
+		} else {
+			checked := total.Checked + v.Checked
+			v.StartAge, v.Checked = total.StartAge, checked
+			total = v
+		}
+		if !v.Truncated || !v.Ok {
+			return total, nil
+		}
+		if v.EndAge < start {
+			return nil, fmt.Errorf("client: validate-ledger of %s stopped at age %d before starting at %d", id, v.EndAge, start)
+		}
+		start = v.EndAge + 1
+	}
 }
 
 // LedgerKey returns the ledger's proof key description.

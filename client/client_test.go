@@ -59,7 +59,8 @@ const counter = "def invoke(ledger, args):\n    cur = ledger.get(args['id'])\n  
 
 func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	srv := startServer(t, server.Options{AdminToken: token})
+	// Two versions per ValidateLedger call: the SDK must ask again.
+	srv := startServer(t, server.Options{AdminToken: token, Limits: ledger.Limits{MaxValidateVersions: 2}})
 	secret := bytes.Repeat([]byte{7}, 32)
 	hc := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: secret, AdminToken: token})
 	keyPEM, certPEM, _ := auth.GenerateIdentity("bob", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
@@ -103,7 +104,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("tx state: %+v %v", st, err)
 	}
 	v, err := hc.ValidateLedger(ctx, "c1", 0, -1)
-	if err != nil || !v.Ok || v.Checked != 3 {
+	if err != nil || !v.Ok || v.Checked != 3 || v.StartAge != 0 || v.EndAge != 2 || v.Truncated {
 		t.Fatalf("validate: %+v %v", v, err)
 	}
 	key, err := hc.LedgerKey(ctx)

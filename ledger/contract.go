@@ -27,6 +27,10 @@ type Limits struct {
 	MaxScanLimit int
 	// MaxWrites bounds the assets one transaction writes; 0 means 10,000.
 	MaxWrites int
+	// MaxValidateVersions bounds the versions one ValidateLedger call
+	// checks (each may re-execute a contract); 0 means 10,000. A longer
+	// range is validated in several calls.
+	MaxValidateVersions int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -44,6 +48,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxCallDepth, 8)
 	def(&l.MaxScanLimit, 1000)
 	def(&l.MaxWrites, 10_000)
+	def(&l.MaxValidateVersions, 10_000)
 	return l
 }
 

@@ -196,6 +196,17 @@ func TestExecuteChainsAndValidates(t *testing.T) {
 		if val, err := f.l.ValidateLedger(ctx, "plant-7", 1, 1); err != nil || val.Fault != nil || val.Checked != 1 {
 			t.Fatalf("validate [1,1]: %+v %v", val, err)
 		}
+		// One call checks at most MaxValidateVersions versions and says
+		// where it stopped.
+		f.l.lim.MaxValidateVersions = 2
+		val, err = f.l.ValidateLedger(ctx, "plant-7", 0, -1)
+		if err != nil || val.Fault != nil || val.Checked != 2 || val.End != 1 || !val.Truncated {
+			t.Fatalf("bounded validate [0,-1]: %+v %v", val, err)
+		}
+		val, err = f.l.ValidateLedger(ctx, "plant-7", val.End+1, -1)
+		if err != nil || val.Fault != nil || val.Checked != 1 || val.Start != 2 || val.End != 2 || val.Truncated {
+			t.Fatalf("bounded validate [2,-1]: %+v %v", val, err)
+		}
 	})
 }
 

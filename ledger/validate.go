@@ -37,6 +37,9 @@ type Validation struct {
 	Start, End int64 // the ages checked
 	Checked    int   // versions that passed every check
 	Fault      *Fault
+	// Truncated: Limits.MaxValidateVersions stopped the call at End,
+	// before the end asked for; validate again from End+1.
+	Truncated bool
 }
 
 // ValidateLedger checks the versions of asset id with ages in [start, end]
@@ -47,7 +50,16 @@ type Validation struct {
 // committed with this write), and the output, by re-executing the contract
 // on the versions its input names. A returned error means validation could
 // not run (storage failure, bad arguments); a fault is in the Validation.
+// One call checks at most Limits.MaxValidateVersions versions (Truncated).
 func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64) (*Validation, error) {
+	val, err := l.validateLedger(ctx, id, start, end)
+	if val != nil && val.Fault != nil {
+		val.Truncated = false // a fault ends the validation wherever it is
+	}
+	return val, err
+}
+
+func (l *Ledger) validateLedger(ctx context.Context, id string, start, end int64) (*Validation, error) {
 	if err := checkAssetID(id); err != nil {
 		return nil, err
 	}
@@ -62,6 +74,10 @@ func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64
 		end = latest
 	}
 	val := &Validation{ID: id, Start: start, End: end}
+	if n := int64(l.lim.MaxValidateVersions); start <= end && end-start >= n {
+		val.End, val.Truncated = start+n-1, true
+		end = val.End
+	}
 	var prevHash []byte
 	if start > 0 && start <= end {
 		prev, err := l.Version(ctx, id, start-1)

@@ -14,7 +14,9 @@
 // by enrolled identities and signed. Read calls (assets, proofs, transaction
 // states, validation) need no credentials: the data is meant to be audited,
 // and the channel is expected to be protected by the network (the server
-// binds loopback unless told otherwise; TLS is not built in yet).
+// binds loopback unless told otherwise; TLS is not built in yet). What one
+// such call may cost is bounded: a validation checks at most
+// Limits.MaxValidateVersions versions and says where it stopped.
 //
 // # Keys
 //

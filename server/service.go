@@ -114,7 +114,8 @@ func (s *service) ValidateLedger(ctx context.Context, r *api.ValidateLedgerReque
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	out := &api.ValidateLedgerReply{Id: v.ID, StartAge: v.Start, EndAge: v.End, Checked: int64(v.Checked), Ok: v.Fault == nil}
+	out := &api.ValidateLedgerReply{Id: v.ID, StartAge: v.Start, EndAge: v.End, Checked: int64(v.Checked), Ok: v.Fault == nil,
+		Truncated: v.Truncated}
 	if f := v.Fault; f != nil {
 		out.FaultAge, out.FaultCheck, out.FaultDetail = f.Age, f.Check, f.Detail
 	}
