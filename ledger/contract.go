@@ -265,10 +265,42 @@ var Builtins = map[string]Contract{
 	BuiltinPrefix + "bulk_load": ContractFunc(bulkLoad),
 }
 
+// builtinArgs decodes a built-in's argument into dst under the rules a
+// Starlark contract's argument meets (one JSON text, no duplicate keys,
+// safe integers, bounded nesting), and accepts only an object whose keys
+// are among fields, spelled exactly: encoding/json alone would take the
+// last of two equal keys and match keys case-insensitively, so one signed
+// argument could be read two ways.
+func builtinArgs(args []byte, dst any, fields ...string) error {
+	canon, err := Canonical(args, ErrBadArgument)
+	if err != nil {
+		return err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(canon, &m); err != nil || m == nil {
+		return fmt.Errorf("%w: not a JSON object", ErrBadArgument)
+	}
+	for k := range m {
+		if !slices.Contains(fields, k) {
+			return fmt.Errorf("%w: unknown field %q", ErrBadArgument, truncate(k, 40))
+		}
+	}
+	if err := json.Unmarshal(canon, dst); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArgument, err)
+	}
+	return nil
+}
+
 func ycsbC(c *Context, args []byte) ([]byte, error) {
-	var a struct{ IDs []string }
-	if err := json.Unmarshal(args, &a); err != nil || len(a.IDs) == 0 {
-		return nil, fmt.Errorf("%w: want {\"ids\": [...]}", ErrBadArgument)
+	var a struct {
+		IDs []string `json:"ids"`
+	}
+	const want = `want {"ids": [...]}`
+	if err := builtinArgs(args, &a, "ids"); err != nil {
+		return nil, fmt.Errorf("%w; %s", err, want)
+	}
+	if len(a.IDs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrBadArgument, want)
 	}
 	out := make(map[string]json.RawMessage, len(a.IDs))
 	for _, id := range a.IDs {
@@ -287,11 +319,15 @@ func ycsbC(c *Context, args []byte) ([]byte, error) {
 
 func ycsbF(c *Context, args []byte) ([]byte, error) {
 	var a struct {
-		ID      string
-		Payload string
+		ID      string `json:"id"`
+		Payload string `json:"payload"`
 	}
-	if err := json.Unmarshal(args, &a); err != nil || a.ID == "" {
-		return nil, fmt.Errorf("%w: want {\"id\": ..., \"payload\": ...}", ErrBadArgument)
+	const want = `want {"id": ..., "payload": ...}`
+	if err := builtinArgs(args, &a, "id", "payload"); err != nil {
+		return nil, fmt.Errorf("%w; %s", err, want)
+	}
+	if a.ID == "" {
+		return nil, fmt.Errorf("%w: %s", ErrBadArgument, want)
 	}
 	v, err := c.Get(a.ID)
 	if err != nil {
@@ -321,13 +357,17 @@ func ycsbF(c *Context, args []byte) ([]byte, error) {
 
 func bulkLoad(c *Context, args []byte) ([]byte, error) {
 	var a struct {
-		Prefix  string
-		First   int64
-		Count   int64
-		Payload string
+		Prefix  string `json:"prefix"`
+		First   int64  `json:"first"`
+		Count   int64  `json:"count"`
+		Payload string `json:"payload"`
 	}
-	if err := json.Unmarshal(args, &a); err != nil || a.Count <= 0 || a.First < 0 {
-		return nil, fmt.Errorf("%w: want {\"prefix\", \"first\" ≥ 0, \"count\" > 0, \"payload\"}", ErrBadArgument)
+	const want = `want {"prefix", "first" ≥ 0, "count" > 0, "payload"}`
+	if err := builtinArgs(args, &a, "prefix", "first", "count", "payload"); err != nil {
+		return nil, fmt.Errorf("%w; %s", err, want)
+	}
+	if a.Count <= 0 || a.First < 0 {
+		return nil, fmt.Errorf("%w: %s", ErrBadArgument, want)
 	}
 	if a.Count > int64(c.run.limits.MaxWrites) {
 		return nil, fmt.Errorf("%w: bulk load of %d assets, limit %d per transaction", ErrTooLarge, a.Count, c.run.limits.MaxWrites)

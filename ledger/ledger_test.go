@@ -791,3 +791,40 @@ func TestNestedLoadFailureIsNotAnAbort(t *testing.T) {
 		t.Fatalf("the same request sent again: %v, %v", res, err)
 	}
 }
+
+// TestBuiltinArgumentsAreStrict: a built-in reads its argument under the
+// rules a Starlark contract's argument meets, so one signed argument has
+// one reading: duplicate keys, keys in another case and unknown keys are
+// refused, and nothing is written.
+func TestBuiltinArgumentsAreStrict(t *testing.T) {
+	f := newFixture(t, openEngine(t))
+	ctx := context.Background()
+	f.mustExec(f.hmac, "builtin.bulk_load", `{"prefix":"k","first":0,"count":1,"payload":"x"}`)
+	for _, args := range []string{
+		`{"id":"k0","id":"k1","payload":"y"}`,
+		`{"ID":"k0","payload":"y"}`,
+		`{"id":"k0","payload":"y","extra":1}`,
+		`{"id":"k0","payload":"y"} {}`,
+		`["k0"]`,
+		`{"id":"k0","payload":"y","payload":"z"}`,
+	} {
+		if _, err := f.exec(f.hmac, "builtin.ycsb_f", args); !errors.Is(err, ErrBadArgument) {
+			t.Errorf("ycsb_f %s: %v, want ErrBadArgument", args, err)
+		}
+	}
+	for _, args := range []string{`{"ids":["k0"],"ids":["k1"]}`, `{"Ids":["k0"]}`} {
+		if _, err := f.exec(f.hmac, "builtin.ycsb_c", args); !errors.Is(err, ErrBadArgument) {
+			t.Errorf("ycsb_c %s: %v, want ErrBadArgument", args, err)
+		}
+	}
+	if _, err := f.exec(f.hmac, "builtin.bulk_load", `{"prefix":"k","first":5,"count":1,"count":2,"payload":"x"}`); !errors.Is(err, ErrBadArgument) {
+		t.Errorf("bulk_load with two counts: %v, want ErrBadArgument", err)
+	}
+	if latest, err := f.l.Latest(ctx, "k0"); err != nil || latest != 0 {
+		t.Fatalf("k0 at age %d (%v) after refused requests; want 0", latest, err)
+	}
+	if latest, err := f.l.Latest(ctx, "k5"); err != nil || latest != -1 {
+		t.Fatalf("k5 at age %d (%v) after a refused bulk load; want none", latest, err)
+	}
+	f.mustExec(f.hmac, "builtin.ycsb_f", `{"id":"k0","payload":"y"}`)
+}
