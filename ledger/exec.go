@@ -186,9 +186,8 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The head was read in this transaction, so no other version
-		// v.Age can commit beside this one: no condition needed.
-		put.Condition = nil
+		// Unconditional: the head was read in this transaction, so no
+		// other version v.Age can commit beside this one.
 		if err := s.tx.Put(s.ctx, put); err != nil {
 			return nil, err
 		}

@@ -512,7 +512,6 @@ func (f *fixture) store(v *Version) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	put.Condition = nil
 	if err := f.b.Put(context.Background(), put); err != nil {
 		f.t.Fatal(err)
 	}

@@ -108,7 +108,6 @@ func (l *Ledger) versionPut(v *Version) (*storage.Put, error) {
 			"key_version": storage.BigInt(int64(v.KeyVersion)), "signature": storage.Blob(v.Signature),
 			"prev_hash": storage.Blob(v.PrevHash), "hash": storage.Blob(v.Hash), "proof_sig": storage.Blob(v.ProofSignature),
 		},
-		Condition: storage.IfNotExists(),
 	}, nil
 }
 

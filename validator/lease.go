@@ -22,10 +22,8 @@ var ErrValidationRunning = errors.New("validator: another validation holds this 
 // it over after it expired) and stopped before persisting anything more.
 var ErrLeaseLost = errors.New("validator: the validation lease was lost")
 
-// LeaseTTL is how long a validation's lease lasts unless renewed; a
-// running validation renews it every LeaseTTL/4. A lease left by a
-// validation that died is taken over once it has expired.
-const LeaseTTL = 2 * time.Minute
+// DefaultLeaseTTL is Config.LeaseTTL's default.
+const DefaultLeaseTTL = 2 * time.Minute
 
 const leaseRow = "validation_lease"
 
@@ -93,7 +91,7 @@ func (v *Validator) acquireLease(ctx context.Context) (*heldLease, context.Conte
 
 // write puts a fresh lease of h under cond.
 func (h *heldLease) write(ctx context.Context, cond *storage.Condition) error {
-	b, _ := json.Marshal(lease{Holder: h.holder, Until: h.v.cfg.Now().Add(LeaseTTL).UnixMicro()})
+	b, _ := json.Marshal(lease{Holder: h.holder, Until: h.v.cfg.Now().Add(h.v.cfg.LeaseTTL).UnixMicro()})
 	err := h.v.db.Put(ctx, &storage.Put{Namespace: h.v.ns, Table: tMeta, Partition: h.v.leaseKey(),
 		Values: storage.Values{"value": storage.Text(string(b))}, Condition: cond})
 	if err == nil {
@@ -104,7 +102,7 @@ func (h *heldLease) write(ctx context.Context, cond *storage.Condition) error {
 
 func (h *heldLease) renew(ctx context.Context) {
 	defer close(h.done)
-	t := time.NewTicker(LeaseTTL / 4)
+	t := time.NewTicker(h.v.cfg.LeaseTTL / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -133,6 +131,25 @@ func (h *heldLease) check(ctx context.Context) error {
 	defer h.mu.Unlock()
 	if err := h.write(ctx, storage.If(storage.Eq("value", storage.Text(h.value)))); err != nil {
 		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return nil
+}
+
+// fence fails the transaction tx unless the lease row still holds the
+// value h last wrote. Reading the row inside each persisting transaction
+// makes the lease a fence, not only a lock: a holder that stalled past its
+// expiry after check, and was taken over, commits nothing more, because
+// the takeover's write and this read cannot both serialize first.
+func (h *heldLease) fence(ctx context.Context, tx storage.Txn) error {
+	h.mu.Lock()
+	want := h.value
+	h.mu.Unlock()
+	row, ok, err := tx.Get(ctx, &storage.Get{Namespace: h.v.ns, Table: tMeta, Partition: h.v.leaseKey()})
+	if err != nil {
+		return err
+	}
+	if !ok || row["value"].IsNull() || row["value"].AsText() != want {
+		return fmt.Errorf("%w: another validation took it over", ErrLeaseLost)
 	}
 	return nil
 }

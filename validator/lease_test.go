@@ -70,13 +70,13 @@ func TestValidationLease(t *testing.T) {
 	}
 	validate(t, v1, Scope{})
 
-	// A holder whose lease was taken over (it stalled past LeaseTTL) must
+	// A holder whose lease was taken over (it stalled past its TTL) must
 	// not persist.
 	h, hctx, err = v1.acquireLease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := json.Marshal(lease{Holder: "successor", Until: time.Now().Add(LeaseTTL).UnixMicro()})
+	other, _ := json.Marshal(lease{Holder: "successor", Until: time.Now().Add(DefaultLeaseTTL).UnixMicro()})
 	if err := db.Put(ctx, &storage.Put{Namespace: v1.ns, Table: tMeta, Partition: v1.leaseKey(),
 		Values: storage.Values{"value": storage.Text(string(other))}}); err != nil {
 		t.Fatal(err)
@@ -89,5 +89,79 @@ func TestValidationLease(t *testing.T) {
 	}
 	if l, ok := leaseValue(); !ok || l.Holder != "successor" {
 		t.Fatalf("releasing a lost lease touched the successor's: %+v, %v", l, ok)
+	}
+}
+
+// TestLeaseRenewalAndFence: a running validation keeps its lease alive past
+// the TTL by renewing it, so another process stays out; and once the lease
+// is taken over, the holder's persisting transactions commit nothing, even
+// when they start after its last check.
+func TestLeaseRenewalAndFence(t *testing.T) {
+	ctx := context.Background()
+	srv := startLedger(t)
+	c := dialLedger(t, srv.Addr(), "alice")
+	db := openEngineDB(t)
+	const ttl = 200 * time.Millisecond
+	open := func() *Validator {
+		v, err := Open(ctx, Config{DB: db, Client: c, LeaseTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	v1, v2 := open(), open()
+	h, hctx, err := v1.acquireLease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	first := h.value
+	h.mu.Unlock()
+	time.Sleep(3 * ttl) // expired three times over, unless renewed
+	if _, err := v2.Validate(ctx, Scope{}); !errors.Is(err, ErrValidationRunning) {
+		t.Fatalf("Validate past the TTL of a renewed lease: %v, want ErrValidationRunning", err)
+	}
+	h.mu.Lock()
+	renewed := h.value != first
+	h.mu.Unlock()
+	if !renewed || context.Cause(hctx) != nil {
+		t.Fatalf("the lease was not renewed (renewed %v, cause %v)", renewed, context.Cause(hctx))
+	}
+
+	probe := func(name string) error {
+		b := &batcher{ctx: hctx, db: db, fence: h.fence}
+		b.put(&storage.Put{Namespace: v1.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text(name)},
+			Values: storage.Values{"value": storage.Text("written")}})
+		return b.flush()
+	}
+	exists := func(name string) bool {
+		_, ok, err := db.Get(ctx, &storage.Get{Namespace: v1.ns, Table: tMeta, Partition: storage.Values{"name": storage.Text(name)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if err := probe("probe_held"); err != nil || !exists("probe_held") {
+		t.Fatalf("a batch under a held lease: %v", err)
+	}
+	// Stop renewing (the holder stalls), then another takes the lease over.
+	close(h.stop)
+	<-h.done
+	h.stop = make(chan struct{})
+	h.done = make(chan struct{})
+	close(h.done)
+	other, _ := json.Marshal(lease{Holder: "successor", Until: time.Now().Add(DefaultLeaseTTL).UnixMicro()})
+	if err := db.Put(ctx, &storage.Put{Namespace: v1.ns, Table: tMeta, Partition: v1.leaseKey(),
+		Values: storage.Values{"value": storage.Text(string(other))}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe("probe_lost"); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a batch after a takeover: %v, want ErrLeaseLost", err)
+	}
+	if exists("probe_lost") {
+		t.Fatal("a batch committed after its lease was taken over")
+	}
+	if err := h.release(hctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -56,7 +56,7 @@ func (s Scope) everything() bool {
 // never repeat their work. doc.go argues why this window is enough.
 //
 // Only one validation runs at a time on a Validator database: Validate
-// takes a lease there (see LeaseTTL) and returns ErrValidationRunning while
+// takes a lease there (see Config.LeaseTTL) and returns ErrValidationRunning while
 // another holds it.
 func (v *Validator) Validate(ctx context.Context, scope Scope) (_ *Report, err error) {
 	l, ctx, err := v.acquireLease(ctx)
@@ -147,7 +147,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (_ *Report, err e
 	if err := l.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.persist(); err != nil {
+	if err := r.persist(l.fence); err != nil {
 		return nil, err
 	}
 	lap(&rep.Seconds.Persist)
@@ -543,9 +543,11 @@ func (v *Validator) accesses(ctx context.Context, id string, lo, hi int64) ([]st
 
 // persist records the run: states, indexes, the validated marks, the
 // violations, and removes the covered transactions from pending. Writes go
-// in batches, one transaction each.
-func (r *run) persist() error {
-	b := &batcher{ctx: r.ctx, db: r.v.db}
+// in batches, one transaction each, and each first runs fence in the same
+// transaction (the lease check: a batch commits only while this run still
+// holds the lease).
+func (r *run) persist(fence func(context.Context, storage.Txn) error) error {
+	b := &batcher{ctx: r.ctx, db: r.v.db, fence: fence}
 	ns := r.v.ns
 	keys := map[string]int64{} // once each: concurrent batches must not write one row twice
 	for _, t := range r.focus {
@@ -607,9 +609,10 @@ func (r *run) persist() error {
 
 // batcher groups writes into transactions of up to batchSize each.
 type batcher struct {
-	ctx context.Context
-	db  storage.Backend
-	ms  []storage.Mutation
+	ctx   context.Context
+	db    storage.Backend
+	fence func(context.Context, storage.Txn) error // run first in every batch; nil: none
+	ms    []storage.Mutation
 }
 
 const batchSize = 512
@@ -656,6 +659,11 @@ const flushWorkers = 8
 
 func (b *batcher) write(chunk []storage.Mutation) error {
 	err := storage.Update(b.ctx, b.db, func(tx storage.Txn) error {
+		if b.fence != nil {
+			if err := b.fence(b.ctx, tx); err != nil {
+				return err
+			}
+		}
 		for _, m := range chunk {
 			var err error
 			switch m := m.(type) {

@@ -51,8 +51,13 @@ type Config struct {
 	// Limits bound re-execution; they must be the ledger's. Zero fields
 	// take the ledger's defaults.
 	Limits ledger.Limits
-	// Now is the wall clock, for the transaction timeout; nil means
-	// time.Now.
+	// LeaseTTL is how long a validation's lease on the Validator database
+	// lasts unless renewed; a running validation renews it every
+	// LeaseTTL/4, and a lease left by a validation that died is taken over
+	// once it has expired. 0 means DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Now is the wall clock, for the transaction timeout and lease expiry;
+	// nil means time.Now.
 	Now func() time.Time
 }
 
@@ -65,6 +70,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TxTimeout < 0 {
 		return c, fmt.Errorf("%w: negative transaction timeout", ErrConfig)
+	}
+	if c.LeaseTTL < 0 || c.LeaseTTL > 0 && c.LeaseTTL < time.Millisecond {
+		return c, fmt.Errorf("%w: lease TTL %v; want at least 1 ms", ErrConfig, c.LeaseTTL)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
