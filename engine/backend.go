@@ -180,9 +180,9 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	}
 	desc := s.Order == storage.Desc
 	var rows []scanned
-	p, bv := tb.partition(pk)
+	p, b, bv := tb.partition(pk)
 	if p == nil {
-		x.nodes = append(x.nodes, nodeEntry{tb.bucket(pk), bv})
+		x.nodes = append(x.nodes, nodeEntry{b, bv})
 	} else {
 		recs, pv := p.rangeRecords(lo, hi, desc, 0)
 		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})

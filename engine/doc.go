@@ -7,7 +7,8 @@
 // # Records and index
 //
 // Each table maps encoded partition keys to partitions in 256 hash shards
-// (a Go map under a read-write lock each). A partition of a table without
+// (a Go map under a read-write lock each, keyed by the key's 64-bit hash,
+// so a lookup hashes its key once). A partition of a table without
 // clustering key holds its one record inline; otherwise its records sit in
 // a github.com/google/btree B-tree ordered by encoded clustering key, under
 // the partition's lock. Every scan of the storage API stays inside one

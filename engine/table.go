@@ -40,6 +40,8 @@ type partition struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*record]
 	ver  atomic.Uint64
+
+	next *partition // the next partition whose key hashes alike (shard's lock)
 }
 
 func recordLess(a, b *record) bool { return a.ck < b.ck }
@@ -52,12 +54,16 @@ const bucketCount = 1024
 // partShards is the number of shards of a table's partition map. A plain
 // map per shard under a read-write lock costs about two cache misses per
 // lookup; sync.Map's hash trie walks a node per level, a miss each, and
-// measured twice as slow on a million partitions.
+// measured twice as slow on a million partitions. The map is keyed by the
+// 64-bit hash of the encoded partition key, computed once per lookup for
+// shard, map and bucket alike; partitions whose keys hash alike chain
+// through next. A string-keyed map hashed the key a second time and read
+// its stored key's bytes, a cache miss, to compare.
 const partShards = 256
 
 type partShard struct {
 	mu sync.RWMutex
-	m  map[string]*partition
+	m  map[uint64]*partition
 	_  [32]byte // keep shards' locks on separate cache lines
 }
 
@@ -84,19 +90,38 @@ func newTable(id uint64, schema *storage.Table) *table {
 
 func (t *table) clustered() bool { return len(t.schema.ClusteringKey) > 0 }
 
-func (t *table) bucket(pk string) *atomic.Uint64 {
-	return &t.buckets[maphash.String(t.seed, pk)%bucketCount]
+func (t *table) hash(pk string) uint64 { return maphash.String(t.seed, pk) }
+
+func (t *table) bucket(pk string) *atomic.Uint64 { return t.bucketOf(t.hash(pk)) }
+
+func (t *table) bucketOf(h uint64) *atomic.Uint64 { return &t.buckets[h%bucketCount] }
+
+func (t *table) shardOf(h uint64) *partShard { return &t.parts[h>>56%partShards] }
+
+// find returns pk's partition, hashed h, from sh, which the caller locks.
+func (sh *partShard) find(h uint64, pk string) *partition {
+	p := sh.m[h]
+	for p != nil && p.pk != pk {
+		p = p.next
+	}
+	return p
 }
 
-func (t *table) shard(pk string) *partShard {
-	return &t.parts[maphash.String(t.seed, pk)>>56%partShards]
+// insertLocked adds p, hashed h, to sh, which the caller write-locks.
+func (sh *partShard) insertLocked(h uint64, p *partition) {
+	if sh.m == nil {
+		sh.m = map[uint64]*partition{}
+	}
+	p.next = sh.m[h]
+	sh.m[h] = p
 }
 
 // load returns pk's partition or nil.
 func (t *table) load(pk string) *partition {
-	sh := t.shard(pk)
+	h := t.hash(pk)
+	sh := t.shardOf(h)
 	sh.mu.RLock()
-	p := sh.m[pk]
+	p := sh.find(h, pk)
 	sh.mu.RUnlock()
 	return p
 }
@@ -110,7 +135,9 @@ func (t *table) rangeParts(fn func(*partition) bool) {
 		sh.mu.RLock()
 		ps = ps[:0]
 		for _, p := range sh.m {
-			ps = append(ps, p)
+			for ; p != nil; p = p.next {
+				ps = append(ps, p)
+			}
 		}
 		sh.mu.RUnlock()
 		for _, p := range ps {
@@ -179,13 +206,14 @@ func decodeKey(key string, n int, col func(i int) (typ storage.DataType, desc bo
 // the shard's lock, under which makePartition inserts and bumps: a
 // partition that was missing when the version was read cannot appear
 // without changing it.
-func (t *table) partition(pk string) (*partition, uint64) {
-	sh := t.shard(pk)
+func (t *table) partition(pk string) (*partition, *atomic.Uint64, uint64) {
+	h := t.hash(pk)
+	sh, b := t.shardOf(h), t.bucketOf(h)
 	sh.mu.RLock()
-	v := t.bucket(pk).Load()
-	p := sh.m[pk]
+	v := b.Load()
+	p := sh.find(h, pk)
 	sh.mu.RUnlock()
-	return p, v
+	return p, b, v
 }
 
 // makePartition returns pk's partition, creating it (empty, or with an
@@ -209,17 +237,15 @@ func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, cr
 		np.one.tid.Store(tidLatest | tidAbsent)
 		np.solo = &np.one
 	}
-	sh := t.shard(pk)
+	h := t.hash(pk)
+	sh := t.shardOf(h)
 	sh.mu.Lock()
-	if p := sh.m[pk]; p != nil {
+	if p := sh.find(h, pk); p != nil {
 		sh.mu.Unlock()
 		return p, false, 0, nil
 	}
-	if sh.m == nil {
-		sh.m = map[string]*partition{}
-	}
-	sh.m[pk] = np
-	old = t.bucket(pk).Add(1) - 1
+	sh.insertLocked(h, np)
+	old = t.bucketOf(h).Add(1) - 1
 	sh.mu.Unlock()
 	return np, true, old, nil
 }

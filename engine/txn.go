@@ -98,9 +98,9 @@ func (x *tx) noteRead(r *record, tid uint64) {
 // readCommitted reads the committed row of (t, pk, ck) and records what
 // validation needs. It returns nil if there is no row.
 func (x *tx) readCommitted(t *table, pk, ck string) *row {
-	p, bv := t.partition(pk)
+	p, b, bv := t.partition(pk)
 	if p == nil {
-		x.nodes = append(x.nodes, nodeEntry{t.bucket(pk), bv})
+		x.nodes = append(x.nodes, nodeEntry{b, bv})
 		return nil
 	}
 	r, pv := p.lookup(ck)
