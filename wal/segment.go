@@ -31,7 +31,6 @@ func parseSegName(name string) (uint64, bool) {
 type segment struct {
 	first uint64 // index of the first record
 	last  uint64 // index of the last record written; first-1 if none
-	end   int64  // offset just past the last record written
 }
 
 // CorruptionError reports a record that fails its checks before the tail of
@@ -197,20 +196,27 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 	if err != nil {
 		return err
 	}
-	zeros := make([]byte, min(size, 1<<20))
-	for done := int64(0); done < size; {
-		n := min(int64(len(zeros)), size-done)
-		if _, err := f.Write(zeros[:n]); err != nil {
-			f.Close()
-			return err
-		}
-		done += n
+	if err := writeZeros(f, 0, size); err != nil {
+		f.Close()
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
+}
+
+// writeZeros writes zero bytes over [from, to) of f.
+func writeZeros(f vfs.File, from, to int64) error {
+	zeros := make([]byte, min(max(to-from, 0), 1<<20))
+	for off := from; off < to; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // walkFrames decodes the records first..last of a segment already verified

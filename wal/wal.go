@@ -225,6 +225,7 @@ func (l *Log) recover() error {
 	// finishTruncate below; recovery does not read them.
 	beyondMark := func(i int) bool { return hasMark && i > 0 && firsts[i] > mark+1 }
 	var segs []segment
+	var tailEnd int64 // offset just past the last record of the last segment
 	for i, first := range firsts {
 		name := segName(first)
 		if beyondMark(i) {
@@ -240,7 +241,8 @@ func (l *Log) recover() error {
 		}
 		res := scanSegment(buf, first)
 		sealed := i < len(firsts)-1 && !beyondMark(i+1)
-		seg := segment{first: first, last: res.last, end: res.end}
+		seg := segment{first: first, last: res.last}
+		tailEnd = res.end
 		switch {
 		case hasMark && res.last >= mark:
 			// The interrupted truncation's target: whatever follows mark is
@@ -262,7 +264,8 @@ func (l *Log) recover() error {
 		segs = append(segs, seg)
 	}
 	l.mu.segs = segs
-	if hasMark {
+	l.mu.off = tailEnd
+	if hasMark { // finishTruncate cuts the log, and sets off, at mark
 		if err := l.finishTruncate(mark, false); err != nil {
 			return err
 		}
@@ -270,7 +273,6 @@ func (l *Log) recover() error {
 	}
 	last := l.mu.segs[len(l.mu.segs)-1]
 	l.mu.next = last.last + 1
-	l.mu.off = last.end
 	l.mu.written = last.last
 	l.mu.durable = last.last
 	if l.active, err = l.fs.OpenReadWrite(l.path(segName(last.first)), vfs.WriteCategoryUnspecified); err != nil {
@@ -317,12 +319,8 @@ func (l *Log) zeroRange(name string, from, to int64) error {
 		return fmt.Errorf("wal: %w", err)
 	}
 	defer f.Close()
-	zeros := make([]byte, min(to-from, 1<<20))
-	for off := from; off < to; off += int64(len(zeros)) {
-		n := min(int64(len(zeros)), to-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
-			return fmt.Errorf("wal: %w", err)
-		}
+	if err := writeZeros(f, from, to); err != nil {
+		return fmt.Errorf("wal: %w", err)
 	}
 	if err := f.SyncData(); err != nil {
 		return fmt.Errorf("wal: %w", err)
@@ -432,7 +430,6 @@ func (l *Log) appendLocked(payload []byte) {
 	c.data = appendFrame(c.data, l.mu.next, payload)
 	seg.last = l.mu.next
 	l.mu.off += n
-	seg.end = l.mu.off
 	l.mu.next++
 	l.mu.pendingBytes += int(n)
 	l.mu.pendingCount++
@@ -1000,7 +997,7 @@ func (l *Log) finishTruncate(index uint64, running bool) error {
 		l.activeSeg = target.first
 	}
 	l.mu.Lock()
-	target.last, target.end = index, int64(off)
+	target.last = index
 	l.mu.segs = append(segs[:k:k], target)
 	l.mu.next, l.mu.off = index+1, int64(off)
 	if l.mu.written > index {
