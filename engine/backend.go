@@ -184,7 +184,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	if p == nil {
 		x.nodes = append(x.nodes, nodeEntry{b, bv})
 	} else {
-		recs, pv := p.rangeRecords(lo, hi, desc, 0)
+		recs, pv := p.rangeRecords(lo, hi, desc)
 		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
 		for _, r := range recs {
 			tid, rw := r.readStable()

@@ -290,8 +290,8 @@ func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) 
 
 // rangeRecords returns the records with lo ≤ ck < hi ("" hi: no end), in
 // ascending or descending order, and the partition version they were read
-// at. It stops after max records when max > 0.
-func (p *partition) rangeRecords(lo, hi string, desc bool, max int) ([]*record, uint64) {
+// at.
+func (p *partition) rangeRecords(lo, hi string, desc bool) ([]*record, uint64) {
 	if p.solo != nil {
 		return []*record{p.solo}, 0
 	}
@@ -300,7 +300,7 @@ func (p *partition) rangeRecords(lo, hi string, desc bool, max int) ([]*record, 
 	var out []*record
 	visit := func(r *record) bool {
 		out = append(out, r)
-		return max <= 0 || len(out) < max
+		return true
 	}
 	loR := &record{ck: lo}
 	switch {

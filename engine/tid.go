@@ -9,9 +9,11 @@ package engine
 // record; commit TIDs are chosen greater than every version a transaction
 // read or overwrote, so versions increase along every dependency. lock is
 // held by a committing transaction between locking its write set and
-// installing; latest is cleared when a record is unlinked from its index
-// (so a transaction that read it fails validation); absent marks a record
-// that has no committed row (never written, or deleted).
+// installing; latest is Silo's latest-version bit: a record without it has
+// been replaced in its index, and a transaction that locks it aborts.
+// kiroku never replaces or unlinks records (a deleted row stays, absent),
+// so today every record keeps it; absent marks a record that has no
+// committed row (never written, or deleted).
 const (
 	tidLock   uint64 = 1 << 0
 	tidLatest uint64 = 1 << 1
