@@ -64,8 +64,9 @@ func openEngineDB(t *testing.T) storage.Backend {
 	return db
 }
 
-// openPostgresDB opens a Validator database on PostgreSQL, in a namespace
-// of its own so that tests do not see each other's logs.
+// openPostgresDB opens a Validator database on PostgreSQL; the caller
+// gives each test a namespace of its own, so tests do not see each
+// other's logs.
 func openPostgresDB(t *testing.T) storage.Backend {
 	t.Helper()
 	b, err := postgres.Open(context.Background(), postgres.Config{DSN: testenv.PostgresDSN(t)})

@@ -472,8 +472,8 @@ func (r *run) graphNodes() ([]*gnode, error) {
 		}
 		from = lo
 		for _, t := range ctxTxs {
-			if _, dup := r.byNonce[t.Request.Nonce]; dup || t.Status != StatusCommitted {
-				continue
+			if _, dup := r.byNonce[t.Request.Nonce]; dup {
+				continue // ends rows are written for committed transactions only
 			}
 			add(&gnode{nonce: t.Request.Nonce, begin: t.Begin, end: t.End, reads: t.Receipt.Input, writes: t.Receipt.Writes})
 			lo = min(lo, t.Begin)
@@ -611,7 +611,7 @@ func (r *run) persist(fence func(context.Context, storage.Txn) error) error {
 type batcher struct {
 	ctx   context.Context
 	db    storage.Backend
-	fence func(context.Context, storage.Txn) error // run first in every batch; nil: none
+	fence func(context.Context, storage.Txn) error // run first in every batch
 	ms    []storage.Mutation
 }
 
@@ -659,10 +659,8 @@ const flushWorkers = 8
 
 func (b *batcher) write(chunk []storage.Mutation) error {
 	err := storage.Update(b.ctx, b.db, func(tx storage.Txn) error {
-		if b.fence != nil {
-			if err := b.fence(b.ctx, tx); err != nil {
-				return err
-			}
+		if err := b.fence(b.ctx, tx); err != nil {
+			return err
 		}
 		for _, m := range chunk {
 			var err error
