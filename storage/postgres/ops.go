@@ -182,9 +182,10 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 }
 
 // Scan implements storage.Store. The rows stream from the server; the
-// connection is held until Close. Starting the query is retried on a
-// conflict like the other single operations; a failure while the rows
-// stream reaches the caller through Rows.Err.
+// connection is held until Close. Running the query up to its first row is
+// retried on a conflict like the other single operations (pgx reports an
+// execution error with the rows, not from Query); a failure later, while
+// the rows stream, reaches the caller through Rows.Err.
 func (b *Backend) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	var out *pgRows
 	err := b.retry(ctx, func() error {
@@ -200,7 +201,14 @@ func (b *Backend) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, erro
 		if err != nil {
 			return b.mapErr("scan", t, err, false)
 		}
-		out = &pgRows{b: b, t: t, cols: cols, rows: rows}
+		primed := rows.Next()
+		if !primed {
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return b.mapErr("scan", t, err, false)
+			}
+		}
+		out = &pgRows{b: b, t: t, cols: cols, rows: rows, primed: primed}
 		return nil
 	})
 	if err != nil {
@@ -214,15 +222,21 @@ type pgRows struct {
 	t    *relTable
 	cols []string
 	rows pgx.Rows
-	cur  storage.Row
-	err  error
+	// primed: Scan has advanced rows to the first row, which the first
+	// Next returns.
+	primed bool
+	cur    storage.Row
+	err    error
 }
 
 func (r *pgRows) Next() bool {
-	if r.err != nil || !r.rows.Next() {
-		if r.err == nil {
-			r.err = r.b.mapErr("scan", r.t, r.rows.Err(), false)
-		}
+	if r.err != nil {
+		return false
+	}
+	if r.primed {
+		r.primed = false
+	} else if !r.rows.Next() {
+		r.err = r.b.mapErr("scan", r.t, r.rows.Err(), false)
 		return false
 	}
 	vals, err := r.rows.Values()
