@@ -122,18 +122,25 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 	})
 	if err != nil {
 		if attempts > 0 && errors.Is(err, ledger.ErrNonceReused) {
-			return c.recover(ctx, r.Nonce)
+			return c.recover(ctx, r)
 		}
 		return nil, err
 	}
 	return wire.ResultFromAPI(reply)
 }
 
-// recover rebuilds the outcome of a request whose reply was lost.
-func (c *Client) recover(ctx context.Context, nonce string) (*ledger.Result, error) {
+// recover rebuilds the outcome of a request whose reply was lost. The
+// nonce may have been used before by another request (a caller-chosen
+// nonce): an outcome recorded for another contract is not this one's.
+func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+	nonce := r.Nonce
 	st, err := c.TxState(ctx, nonce)
 	if err != nil {
 		return nil, err
+	}
+	if st.Status != ledger.TxUnknown && st.Contract != r.ContractID {
+		return nil, &Error{Code: wire.Code("nonce_reused"), Kind: "nonce_reused", sentinel: ledger.ErrNonceReused,
+			Msg: fmt.Sprintf("nonce %s was used by a request to %s, not %s", nonce, st.Contract, r.ContractID)}
 	}
 	switch st.Status {
 	case ledger.TxCommitted:

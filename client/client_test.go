@@ -222,11 +222,13 @@ func TestLostReplyIsRecovered(t *testing.T) {
 	if err := c.RegisterContract(ctx, "counter", []byte(counter)); err != nil {
 		t.Fatal(err)
 	}
+	var usedNonce string
 	for i := 1; i <= 3; i++ {
 		res, err := c.Execute(ctx, "counter", []byte(`{"id":"x"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
+		usedNonce = res.Nonce
 		if string(res.Result) != fmt.Sprint(i) || len(res.Proofs) != 1 || res.Proofs[0].Age != int64(i-1) || srv.Ledger.VerifyProof(&res.Proofs[0]) != nil {
 			t.Fatalf("recovered result %s %+v", res.Result, res.Proofs)
 		}
@@ -240,6 +242,16 @@ func TestLostReplyIsRecovered(t *testing.T) {
 	var ce *client.Error
 	if !errors.Is(err, ledger.ErrContractFailed) || !errors.As(err, &ce) || ce.Code != codes.FailedPrecondition {
 		t.Fatalf("recovered abort: %#v", err)
+	}
+	// A caller-chosen nonce that another request used: the first attempt's
+	// reply is lost, the retry finds the nonce used, and what the ledger
+	// recorded for it belongs to the other request.
+	r, err := c.SignRequest(&ledger.Request{Nonce: usedNonce, ContractID: "builtin.ycsb_c", Argument: []byte(`{"ids":["x"]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.ExecuteRequest(ctx, r); !errors.Is(err, ledger.ErrNonceReused) {
+		t.Fatalf("a reused nonce recovered %+v, %v; want ErrNonceReused", res, err)
 	}
 }
 

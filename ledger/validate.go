@@ -52,14 +52,6 @@ type Validation struct {
 // not run (storage failure, bad arguments); a fault is in the Validation.
 // One call checks at most Limits.MaxValidateVersions versions (Truncated).
 func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64) (*Validation, error) {
-	val, err := l.validateLedger(ctx, id, start, end)
-	if val != nil && val.Fault != nil {
-		val.Truncated = false // a fault ends the validation wherever it is
-	}
-	return val, err
-}
-
-func (l *Ledger) validateLedger(ctx context.Context, id string, start, end int64) (*Validation, error) {
 	if err := checkAssetID(id); err != nil {
 		return nil, err
 	}
@@ -74,8 +66,9 @@ func (l *Ledger) validateLedger(ctx context.Context, id string, start, end int64
 		end = latest
 	}
 	val := &Validation{ID: id, Start: start, End: end}
+	capped := false
 	if n := int64(l.lim.MaxValidateVersions); start <= end && end-start >= n {
-		val.End, val.Truncated = start+n-1, true
+		val.End, capped = start+n-1, true
 		end = val.End
 	}
 	var prevHash []byte
@@ -120,6 +113,7 @@ func (l *Ledger) validateLedger(ctx context.Context, id string, start, end int64
 			age++
 		}
 	}
+	val.Truncated = capped // reached only without a fault
 	return val, nil
 }
 
