@@ -75,6 +75,9 @@ func (c *WALConfig) validate() error {
 	if c.Writers <= 0 || c.RecordSize < 0 || c.Duration <= 0 || c.Rate < 0 || c.Count <= 0 {
 		return fmt.Errorf("bench wal: writers, duration and count must be > 0; rate and record size >= 0")
 	}
+	if c.Mode == "raw" && c.Rate > 0 {
+		return fmt.Errorf("bench wal: raw is one closed-loop writer; --rate does not apply to it")
+	}
 	return nil
 }
 

@@ -94,7 +94,7 @@ output and is never on by default.
 			} else if err := run(cfg); err != nil {
 				return err
 			}
-			if baseline && cfg.Mode != "raw" || curve {
+			if baseline && (curve || cfg.Mode != "raw") {
 				c := cfg
 				c.Mode, c.Rate = "raw", 0
 				if err := run(c); err != nil {
