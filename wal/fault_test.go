@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,5 +344,44 @@ func TestTruncateFrontFailureIsFatal(t *testing.T) {
 				t.Fatalf("Close: %v", err)
 			}
 		})
+	}
+}
+
+// TestRecoveredTailIsMadeDurable: records that a dead process wrote but did
+// not fsync are read back from the page cache at open; the log reports
+// them durable, so it must make them so before a power loss can take them.
+func TestRecoveredTailIsMadeDurable(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	var dying atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if dying.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			return errInjected // the process dies before any of its fsyncs completes
+		}
+		return nil
+	}))
+	dead := mustOpen(t, testConfig(fs, PeriodicPolicy(time.Hour))) // acknowledged on write
+	dying.Store(true)
+	for i := 1; i <= 5; i++ {
+		if _, err := dead.Append(context.Background(), payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead.Close() // its last fsync fails: the records stay in the page cache only
+	dying.Store(false)
+
+	l := mustOpen(t, testConfig(fs, BatchPolicy()))
+	if got := l.DurableIndex(); got != 5 {
+		t.Fatalf("reopened log: durable %d, want 5", got)
+	}
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Power fails: only synced bytes remain.
+	afterPower := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(2, 7))})
+	l.Close()
+	l2 := mustOpen(t, testConfig(afterPower, BatchPolicy()))
+	defer l2.Close()
+	if got := len(readAll(t, l2)); got != 5 {
+		t.Fatalf("after a power loss, %d of the 5 records reported durable remain", got)
 	}
 }

@@ -272,12 +272,20 @@ func (l *Log) recover() error {
 		l.recovery.Truncated = &mark
 	}
 	last := l.mu.segs[len(l.mu.segs)-1]
-	l.mu.next = last.last + 1
-	l.mu.written = last.last
-	l.mu.durable = last.last
 	if l.active, err = l.fs.OpenReadWrite(l.path(segName(last.first)), vfs.WriteCategoryUnspecified); err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
+	// The records read back may sit only in the page cache: a process that
+	// died between a write and its fdatasync left them there. They count
+	// as durable from here on (and the segment may be sealed without
+	// another fsync), so make them so. Every earlier segment was fsynced
+	// before the next one was installed.
+	if err := l.active.SyncData(); err != nil {
+		return fmt.Errorf("wal: sync the recovered tail: %w", err)
+	}
+	l.mu.next = last.last + 1
+	l.mu.written = last.last
+	l.mu.durable = last.last
 	l.activeSeg = last.first
 	l.recovery.Segments = len(l.mu.segs)
 	l.recovery.FirstIndex = l.mu.segs[0].first
