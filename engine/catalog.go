@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -196,11 +197,27 @@ func (db *DB) ddl(op string, fn func() (undo func(), err error)) error {
 	if err != nil {
 		return err
 	}
-	if err := db.saveCatalogLocked(); err != nil {
-		undo()
+	if err := db.saveCatalogOrUndo(undo); err != nil {
 		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "writing the catalog", Cause: err}
 	}
 	return nil
+}
+
+// saveCatalogOrUndo writes the catalog; if that fails, it calls undo to
+// restore the catalog in memory — unless the new catalog was already renamed
+// into place. The disk may then hold the change, and undoing it in memory
+// would let commits to a dropped table be acknowledged that recovery then
+// skips, so the engine fails instead. Called with cat.mu held.
+func (db *DB) saveCatalogOrUndo(undo func()) error {
+	err := db.saveCatalogLocked()
+	switch {
+	case err == nil:
+	case errors.Is(err, vfsutil.ErrRenamed):
+		db.fail(fmt.Errorf("catalog written, directory not synced: %w", err))
+	default:
+		undo()
+	}
+	return err
 }
 
 func (db *DB) CreateNamespace(ctx context.Context, name string) error {

@@ -3,7 +3,12 @@
 // a wrapper that hooks every fsync (slow-device emulation, fsync gates).
 package vfsutil
 
-import "github.com/cockroachdb/pebble/v2/vfs"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
 
 // WriteFileAtomic replaces dir/name with data: it writes dir/name.tmp,
 // fsyncs it, renames it over dir/name and fsyncs the directory, so a crash
@@ -30,10 +35,20 @@ func WriteFileAtomic(fs vfs.FS, dir, name string, data []byte, dirHandle vfs.Fil
 		return err
 	}
 	if dirHandle != nil {
-		return dirHandle.Sync()
+		err = dirHandle.Sync()
+	} else {
+		err = SyncDir(fs, dir)
 	}
-	return SyncDir(fs, dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRenamed, err)
+	}
+	return nil
 }
+
+// ErrRenamed marks a WriteFileAtomic failure after the rename: the new
+// file is in place and becomes durable with the directory's next sync, so
+// the caller cannot act as if the write had not happened.
+var ErrRenamed = errors.New("file renamed into place, directory not synced")
 
 // SyncDir fsyncs directory dir, making the creations, renames and removals
 // in it durable.
