@@ -166,7 +166,6 @@ type DB struct {
 // worker is a commit slot: its log buffer, its last TID, and the epoch it
 // may commit into while committing (0 when not).
 type worker struct {
-	id      int
 	active  atomic.Uint64
 	lastTID uint64
 	lg      *logger
@@ -195,7 +194,7 @@ func Open(cfg Config) (*DB, error) {
 	}
 	db.slots = make(chan *worker, cfg.Workers)
 	for i := 0; i < cfg.Workers; i++ {
-		w := &worker{id: i, lg: db.loggers[i%cfg.Loggers]}
+		w := &worker{lg: db.loggers[i%cfg.Loggers]}
 		w.lg.workers = append(w.lg.workers, w)
 		db.workers = append(db.workers, w)
 		db.slots <- w

@@ -26,7 +26,7 @@ func lockSyncerThread() {
 // sleeper is the syncer's precise, interruptible sleep.
 type sleeper struct {
 	armed atomic.Bool  // the syncer is in, or about to enter, ppoll
-	woken atomic.Int64 // sleeps a nudge ended early
+	woken atomic.Int64 // sleeps a nudge ended early (instrumentation: tests read it)
 	mu    sync.Mutex   // guards fd against close while a nudger writes it
 	fd    int          // eventfd; -1 once closed
 }
