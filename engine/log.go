@@ -164,12 +164,16 @@ func (lg *logger) poke() {
 	}
 }
 
+// handoff queues b for the next round. b belongs to the logger from the
+// moment it is queued: a round may write it and hand it to another
+// worker's newBuf, so its size is read before.
 func (lg *logger) handoff(b *logBuf) {
+	n := len(b.data)
 	lg.mu.Lock()
-	lg.pending.Add(int64(len(b.data))) // before the round that takes it can release it
+	lg.pending.Add(int64(n)) // before the round that takes it can release it
 	lg.mu.queue = append(lg.mu.queue, b)
 	lg.mu.Unlock()
-	if len(b.data) >= lg.db.cfg.LogBufferSize {
+	if n >= lg.db.cfg.LogBufferSize {
 		lg.poke()
 	}
 }

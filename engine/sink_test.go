@@ -76,7 +76,7 @@ func (s *markSink) Close() error               { return nil }
 func TestMarksCoverTheirEpochs(t *testing.T) {
 	sink := &markSink{}
 	fs := vfs.NewMem()
-	db, err := engine.Open(engine.Config{Dir: "/db", FS: fs, Workers: 256, EpochInterval: 200 * time.Microsecond,
+	db, err := engine.Open(engine.Config{Dir: "/db", FS: fs, Workers: 256, EpochInterval: 200 * time.Microsecond, LogBufferSize: 4 << 10,
 		CheckpointInterval: -1, OpenSink: func(vfs.FS, string, int) (engine.LogSink, error) { return sink, nil }})
 	if err != nil {
 		t.Fatal(err)
