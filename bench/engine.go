@@ -132,11 +132,17 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if err != nil {
 		return res, err
 	}
-	keys := make([]string, cfg.Records)
-	kb := make([]byte, cfg.KeySize)
-	for i := range keys {
-		binary.BigEndian.PutUint64(kb, uint64(i))
-		keys[i] = h.PartitionKey(storage.Blob(kb))
+	// Keys are encoded when used, as a server decodes them from a request:
+	// a table of a million encoded keys would add two cache misses (its
+	// entry and the key's bytes) to every operation that no server pays.
+	type keyer struct{ raw, enc []byte }
+	key := func(kr *keyer, i int) string {
+		if kr.raw == nil {
+			kr.raw = make([]byte, cfg.KeySize)
+		}
+		binary.BigEndian.PutUint64(kr.raw, uint64(i))
+		kr.enc = h.AppendPartitionKey(kr.enc[:0], storage.Blob(kr.raw))
+		return string(kr.enc)
 	}
 	// Rows are immutable once written, so a pool of distinct values serves.
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -150,10 +156,11 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	began := time.Now()
 	var last uint64
-	for i := 0; i < len(keys); i += 1000 {
+	var kr keyer
+	for i := 0; i < cfg.Records; i += 1000 {
 		tx := db.BeginRaw()
-		for j := i; j < min(i+1000, len(keys)); j++ {
-			tx.WriteRow(h, keys[j], values[j%len(values)])
+		for j := i; j < min(i+1000, cfg.Records); j++ {
+			tx.WriteRow(h, key(&kr, j), values[j%len(values)])
 		}
 		if last, err = tx.CommitAsync(ctx); err != nil {
 			return res, fmt.Errorf("load: %w", err)
@@ -192,10 +199,10 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	start := time.Now()
 	syncHist := newHist()
 	// one runs a transaction of the workload; it returns the commit epoch.
-	one := func(tx *engine.RawTxn, r *rand.Rand) (uint64, bool, error) {
+	one := func(tx *engine.RawTxn, r *rand.Rand, kr *keyer) (uint64, bool, error) {
 		tx.Reset()
 		for range cfg.OpsPerTxn {
-			k := keys[r.IntN(len(keys))]
+			k := key(kr, r.IntN(cfg.Records))
 			switch op := r.IntN(2); cfg.Workload {
 			case "ycsb-wo":
 				tx.WriteRow(h, k, values[r.IntN(len(values))])
@@ -226,6 +233,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(uint64(id), 7))
 		tx := db.BeginRaw()
+		var kr keyer
 		hist := newHist()
 		var mine []commitSample
 		for n := 0; !stop.Load(); n++ {
@@ -233,7 +241,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 			if sync {
 				t0 = time.Now()
 			}
-			e, ok, err := one(tx, r)
+			e, ok, err := one(tx, r, &kr)
 			if err == nil && ok && sync {
 				err = db.WaitDurable(ctx, e)
 			}

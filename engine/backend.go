@@ -180,7 +180,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	}
 	desc := s.Order == storage.Desc
 	var rows []scanned
-	p, b, bv := tb.partition(pk)
+	p, b, bv := tb.partition(tb.hash(pk), pk)
 	if p == nil {
 		x.nodes = append(x.nodes, nodeEntry{b, bv})
 	} else {

@@ -196,12 +196,12 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 		var werr error
 		t.rangeParts(func(p *partition) bool {
 			recs = recs[:0]
-			if p.solo != nil {
-				recs = append(recs, p.solo)
+			if p.cl == nil {
+				recs = append(recs, &p.one)
 			} else {
-				p.mu.RLock()
-				p.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
-				p.mu.RUnlock()
+				p.cl.mu.RLock()
+				p.cl.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+				p.cl.mu.RUnlock()
 			}
 			for _, r := range recs {
 				tid, rw := r.readStable()

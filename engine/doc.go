@@ -6,15 +6,18 @@
 //
 // # Records and index
 //
-// Each table maps encoded partition keys to partitions in 256 hash shards
-// (a Go map under a read-write lock each, keyed by the key's 64-bit hash,
-// so a lookup hashes its key once). A partition of a table without
-// clustering key holds its one record inline; otherwise its records sit in
-// a github.com/google/btree B-tree ordered by encoded clustering key, under
+// Each table maps encoded partition keys to partitions in 256 hash shards,
+// each an insert-only open-addressing table keyed by the key's 64-bit hash
+// and read without locks (table.go says why we wrote our own). A partition
+// of a table without clustering key holds its one record inline, in the
+// same cache line as its key; otherwise its records sit in a
+// github.com/google/btree B-tree ordered by encoded clustering key, under
 // the partition's lock. Every scan of the storage API stays inside one
 // partition, so an ordered index per partition is all that is needed, and
-// the hash map in front costs fewer cache misses per lookup than an
-// ordered structure over all keys. Keys are encoded to order-preserving
+// the hash table in front costs fewer cache misses per lookup than an
+// ordered structure over all keys: two, the slot and the partition. Writes
+// are not looked up when buffered; commit resolves them all at once, so
+// their misses overlap (txn.go, resolve). Keys are encoded to order-preserving
 // bytes (key.go). Each record has a TID word (tid.go): lock, latest and
 // absent bits, a 40-bit epoch and a 21-bit sequence. Deleted records stay
 // in the index, absent, so a transaction that read them still validates

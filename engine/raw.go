@@ -25,11 +25,16 @@ func (db *DB) Table(ns, name string) (*TableHandle, error) {
 
 // PartitionKey encodes a partition key given in schema order.
 func (h *TableHandle) PartitionKey(vals ...storage.Value) string {
-	var b []byte
+	return string(h.AppendPartitionKey(nil, vals...))
+}
+
+// AppendPartitionKey appends the encoding of a partition key given in
+// schema order to b.
+func (h *TableHandle) AppendPartitionKey(b []byte, vals ...storage.Value) []byte {
 	for _, v := range vals {
 		b = appendKeyValue(b, v, false)
 	}
-	return string(b)
+	return b
 }
 
 // RawTxn is a reusable raw transaction on tables without clustering keys.
@@ -44,7 +49,7 @@ func (db *DB) BeginRaw() *RawTxn { return &RawTxn{x: tx{db: db}} }
 func (r *RawTxn) Reset() {
 	r.x.reads, r.x.nodes, r.x.writes = r.x.reads[:0], r.x.nodes[:0], r.x.writes[:0]
 	clear(r.x.writes[:cap(r.x.writes)]) // drop references to old rows
-	r.x.widx, r.x.readMax, r.x.unresolved = nil, 0, 0
+	r.x.widx, r.x.readMax = nil, 0
 }
 
 // Read returns the row of partition key pk as the transaction sees it.

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/google/btree"
 
@@ -25,23 +26,49 @@ type record struct {
 type row struct{ cols []storage.Value }
 
 // partition is the rows sharing a partition key. A table without a
-// clustering key has exactly one record per partition, solo; otherwise the
-// records sit in a B-tree ordered by encoded clustering key, guarded by mu.
-// ver changes whenever a record is added to or unlinked from the tree: a
-// scan or an absent read validates against it, the way Silo validates
-// Masstree node versions.
+// clustering key has exactly one record per partition, one; otherwise the
+// records sit in cl's B-tree ordered by encoded clustering key. ver
+// changes whenever a record is added to or unlinked from the tree: a scan
+// or an absent read validates against it, the way Silo validates Masstree
+// node versions.
+//
+// The layout is for a lookup's cache misses: the struct is 120 bytes, so
+// the allocator gives it a 128-byte, line-aligned slot, and its first line
+// holds what a lookup and a commit of a table without clustering key
+// touch: the key (header and, when it fits, bytes), cl's nil check and
+// the record's TID word and row.
 type partition struct {
-	solo *record // &one for a table without clustering key, else nil
-	one  record  // inline, so a lookup's cache miss also fetches the record
-	t    *table
-	pk   string          // encoded partition key
+	pk   string          // encoded partition key, in inl if it fits
+	cl   *clustering     // nil for a table without clustering key
+	inl  [16]byte        // pk's bytes when they fit
+	one  record          // the record of a table without clustering key
+	t    *table          //
 	keys []storage.Value // partition-key values
+	ver  atomic.Uint64   // bumped by every insert into cl's tree
+}
 
+// clustering is a partition's ordered records, for a table with a
+// clustering key.
+type clustering struct {
 	mu   sync.RWMutex
 	tree *btree.BTreeG[*record]
-	ver  atomic.Uint64
+}
 
-	next *partition // the next partition whose key hashes alike (shard's lock)
+// newPartition returns an empty partition of t for pk.
+func newPartition(t *table, pk string, keys []storage.Value) *partition {
+	p := &partition{t: t, keys: keys}
+	if len(pk) <= len(p.inl) {
+		n := copy(p.inl[:], pk)
+		pk = unsafe.String(&p.inl[0], n)
+	}
+	p.pk = pk
+	if t.clustered() {
+		p.cl = &clustering{tree: btree.NewG(16, recordLess)}
+	} else {
+		p.one.p = p
+		p.one.tid.Store(tidLatest | tidAbsent)
+	}
+	return p
 }
 
 func recordLess(a, b *record) bool { return a.ck < b.ck }
@@ -51,20 +78,98 @@ func recordLess(a, b *record) bool { return a.ck < b.ck }
 // its bucket's version, which a read that found no partition recorded.
 const bucketCount = 1024
 
-// partShards is the number of shards of a table's partition map. A plain
-// map per shard under a read-write lock costs about two cache misses per
-// lookup; sync.Map's hash trie walks a node per level, a miss each, and
-// measured twice as slow on a million partitions. The map is keyed by the
-// 64-bit hash of the encoded partition key, computed once per lookup for
-// shard, map and bucket alike; partitions whose keys hash alike chain
-// through next. A string-keyed map hashed the key a second time and read
-// its stored key's bytes, a cache miss, to compare.
+// partShards is the number of shards of a table's partition map. Each
+// shard is an open-addressing hash table (linear probing, at most half
+// full) of (64-bit hash of the encoded partition key, partition) slots,
+// read without a lock: partitions are never removed, a slot is written
+// once, hash before partition, and a full table is copied into one twice
+// its size that is then published whole. Inserts take the shard's mutex.
+// A lookup therefore costs the slot's cache miss and the partition's, and
+// no atomic write. Go maps cannot be read while written, and the map per
+// shard under a read-write lock it replaces spent a third of a write-only
+// transaction's time in the lock's shared counter and the map's groups.
+// Hashing once serves shard (top bits), slot (low bits) and bucket.
 const partShards = 256
 
+type partSlot struct {
+	h atomic.Uint64
+	p atomic.Pointer[partition]
+}
+
+// partTable is one generation of a shard's slots; len(slots) is a power
+// of two.
+type partTable struct {
+	mask  uint64
+	slots []partSlot
+}
+
 type partShard struct {
-	mu sync.RWMutex
-	m  map[uint64]*partition
-	_  [32]byte // keep shards' locks on separate cache lines
+	tab atomic.Pointer[partTable]
+	mu  sync.Mutex // serializes inserts
+	n   int        // partitions in tab, under mu
+	_   [40]byte   // keep shards on separate cache lines
+}
+
+// find returns pk's partition, hashed h, or nil.
+func (sh *partShard) find(h uint64, pk string) *partition {
+	tab := sh.tab.Load()
+	if tab == nil {
+		return nil
+	}
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		s := &tab.slots[i]
+		p := s.p.Load()
+		if p == nil {
+			return nil // never-written slot: the probe sequence ends
+		}
+		if s.h.Load() == h && p.pk == pk {
+			return p
+		}
+	}
+}
+
+// home returns the partition in h's home slot, which is the one hashed h
+// unless keys that hash alike or nearby came first, or nil.
+func (sh *partShard) home(h uint64) *partition {
+	if tab := sh.tab.Load(); tab != nil {
+		return tab.slots[h&tab.mask].p.Load()
+	}
+	return nil
+}
+
+// insertLocked adds p, hashed h, to sh, whose mutex the caller holds.
+func (sh *partShard) insertLocked(h uint64, p *partition) {
+	tab := sh.tab.Load()
+	if tab == nil || 2*(sh.n+1) > len(tab.slots) {
+		size := 16
+		if tab != nil {
+			size = 2 * len(tab.slots)
+		}
+		grown := &partTable{mask: uint64(size - 1), slots: make([]partSlot, size)}
+		if tab != nil {
+			for i := range tab.slots {
+				if q := tab.slots[i].p.Load(); q != nil {
+					grown.put(tab.slots[i].h.Load(), q)
+				}
+			}
+		}
+		sh.tab.Store(grown) // readers of the old table miss only p, below
+		tab = grown
+	}
+	tab.put(h, p)
+	sh.n++
+}
+
+// put writes p into the first free slot of h's probe sequence: hash first,
+// so a reader that loads the partition finds its hash stored.
+func (tab *partTable) put(h uint64, p *partition) {
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		if s := &tab.slots[i]; s.p.Load() == nil {
+			s.h.Store(h)
+			s.p.Store(p)
+			return
+		}
+	}
 }
 
 // table is one table incarnation. id is never reused, so log records and
@@ -92,56 +197,20 @@ func (t *table) clustered() bool { return len(t.schema.ClusteringKey) > 0 }
 
 func (t *table) hash(pk string) uint64 { return maphash.String(t.seed, pk) }
 
-func (t *table) bucket(pk string) *atomic.Uint64 { return t.bucketOf(t.hash(pk)) }
-
 func (t *table) bucketOf(h uint64) *atomic.Uint64 { return &t.buckets[h%bucketCount] }
 
 func (t *table) shardOf(h uint64) *partShard { return &t.parts[h>>56%partShards] }
 
-// find returns pk's partition, hashed h, from sh, which the caller locks.
-func (sh *partShard) find(h uint64, pk string) *partition {
-	p := sh.m[h]
-	for p != nil && p.pk != pk {
-		p = p.next
-	}
-	return p
-}
-
-// insertLocked adds p, hashed h, to sh, which the caller write-locks.
-func (sh *partShard) insertLocked(h uint64, p *partition) {
-	if sh.m == nil {
-		sh.m = map[uint64]*partition{}
-	}
-	p.next = sh.m[h]
-	sh.m[h] = p
-}
-
-// load returns pk's partition or nil.
-func (t *table) load(pk string) *partition {
-	h := t.hash(pk)
-	sh := t.shardOf(h)
-	sh.mu.RLock()
-	p := sh.find(h, pk)
-	sh.mu.RUnlock()
-	return p
-}
-
-// rangeParts calls fn for every partition until it returns false. It does
-// not hold a lock while fn runs.
+// rangeParts calls fn for every partition until it returns false.
+// Partitions inserted while it runs may or may not be visited.
 func (t *table) rangeParts(fn func(*partition) bool) {
-	var ps []*partition
 	for i := range t.parts {
-		sh := &t.parts[i]
-		sh.mu.RLock()
-		ps = ps[:0]
-		for _, p := range sh.m {
-			for ; p != nil; p = p.next {
-				ps = append(ps, p)
-			}
+		tab := t.parts[i].tab.Load()
+		if tab == nil {
+			continue
 		}
-		sh.mu.RUnlock()
-		for _, p := range ps {
-			if !fn(p) {
+		for j := range tab.slots {
+			if p := tab.slots[j].p.Load(); p != nil && !fn(p) {
 				return
 			}
 		}
@@ -201,27 +270,25 @@ func decodeKey(key string, n int, col func(i int) (typ storage.DataType, desc bo
 	return out, nil
 }
 
-// partition returns the partition of pk, or nil, and the version of pk's
-// bucket, which a caller that finds nothing validates. Both are read under
-// the shard's lock, under which makePartition inserts and bumps: a
-// partition that was missing when the version was read cannot appear
-// without changing it.
-func (t *table) partition(pk string) (*partition, *atomic.Uint64, uint64) {
-	h := t.hash(pk)
-	sh, b := t.shardOf(h), t.bucketOf(h)
-	sh.mu.RLock()
+// partition returns the partition of pk, hashed h, or nil, and the version of pk's
+// bucket, which a caller that finds nothing validates. The version is read
+// before the lookup, and makePartition bumps it after publishing the
+// partition (the atomics are sequentially consistent): a partition the
+// lookup missed was published after it, so the bump follows the read.
+func (t *table) partition(h uint64, pk string) (*partition, *atomic.Uint64, uint64) {
+	b := t.bucketOf(h)
 	v := b.Load()
-	p := sh.find(h, pk)
-	sh.mu.RUnlock()
-	return p, b, v
+	return t.shardOf(h).find(h, pk), b, v
 }
 
 // makePartition returns pk's partition, creating it (empty, or with an
-// absent solo record) if missing. keys decodes pk lazily when it is nil.
+// absent record) if missing. keys decodes pk lazily when it is nil.
 // created reports a new partition, whose bucket version this call bumped
 // from the returned old value.
 func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, created bool, old uint64, err error) {
-	if p := t.load(pk); p != nil {
+	h := t.hash(pk)
+	sh := t.shardOf(h)
+	if p := sh.find(h, pk); p != nil {
 		return p, false, 0, nil
 	}
 	if keys == nil {
@@ -229,16 +296,7 @@ func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, cr
 			return nil, false, 0, err
 		}
 	}
-	np := &partition{t: t, pk: pk, keys: keys}
-	if t.clustered() {
-		np.tree = btree.NewG(16, recordLess)
-	} else {
-		np.one.p = np
-		np.one.tid.Store(tidLatest | tidAbsent)
-		np.solo = &np.one
-	}
-	h := t.hash(pk)
-	sh := t.shardOf(h)
+	np := newPartition(t, pk, keys)
 	sh.mu.Lock()
 	if p := sh.find(h, pk); p != nil {
 		sh.mu.Unlock()
@@ -259,12 +317,12 @@ func newRecord(p *partition, ck string) *record {
 // lookup returns the record for ck in a clustered partition, or nil and
 // the partition version to validate the absence against.
 func (p *partition) lookup(ck string) (*record, uint64) {
-	if p.solo != nil {
-		return p.solo, 0
+	if p.cl == nil {
+		return &p.one, 0
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	r, _ := p.tree.Get(&record{ck: ck})
+	p.cl.mu.RLock()
+	defer p.cl.mu.RUnlock()
+	r, _ := p.cl.tree.Get(&record{ck: ck})
 	return r, p.ver.Load()
 }
 
@@ -272,19 +330,19 @@ func (p *partition) lookup(ck string) (*record, uint64) {
 // missing. created reports an insert, which bumped the partition version
 // from old.
 func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) {
-	if p.solo != nil {
-		return p.solo, false, 0
+	if p.cl == nil {
+		return &p.one, false, 0
 	}
 	if r, _ := p.lookup(ck); r != nil {
 		return r, false, 0
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if r, ok := p.tree.Get(&record{ck: ck}); ok {
+	p.cl.mu.Lock()
+	defer p.cl.mu.Unlock()
+	if r, ok := p.cl.tree.Get(&record{ck: ck}); ok {
 		return r, false, 0
 	}
 	r = newRecord(p, ck)
-	p.tree.ReplaceOrInsert(r)
+	p.cl.tree.ReplaceOrInsert(r)
 	return r, true, p.ver.Add(1) - 1
 }
 
@@ -292,11 +350,11 @@ func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) 
 // ascending or descending order, and the partition version they were read
 // at.
 func (p *partition) rangeRecords(lo, hi string, desc bool) ([]*record, uint64) {
-	if p.solo != nil {
-		return []*record{p.solo}, 0
+	if p.cl == nil {
+		return []*record{&p.one}, 0
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.cl.mu.RLock()
+	defer p.cl.mu.RUnlock()
 	var out []*record
 	visit := func(r *record) bool {
 		out = append(out, r)
@@ -305,9 +363,9 @@ func (p *partition) rangeRecords(lo, hi string, desc bool) ([]*record, uint64) {
 	loR := &record{ck: lo}
 	switch {
 	case !desc && hi == "":
-		p.tree.AscendGreaterOrEqual(loR, visit)
+		p.cl.tree.AscendGreaterOrEqual(loR, visit)
 	case !desc:
-		p.tree.AscendRange(loR, &record{ck: hi}, visit)
+		p.cl.tree.AscendRange(loR, &record{ck: hi}, visit)
 	default:
 		// DescendRange is (lessOrEqual, greaterThan]; walk down from just
 		// below hi and stop below lo.
@@ -318,9 +376,9 @@ func (p *partition) rangeRecords(lo, hi string, desc bool) ([]*record, uint64) {
 			return visit(r)
 		}
 		if hi == "" {
-			p.tree.Descend(down)
+			p.cl.tree.Descend(down)
 		} else {
-			p.tree.DescendLessOrEqual(&record{ck: hi}, func(r *record) bool {
+			p.cl.tree.DescendLessOrEqual(&record{ck: hi}, func(r *record) bool {
 				if r.ck >= hi {
 					return true
 				}

@@ -1,36 +1,123 @@
 package engine
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// TestPartitionHashChain: partitions whose keys hash alike share one map
-// slot and are told apart by key; a scan over the table sees each once.
-func TestPartitionHashChain(t *testing.T) {
-	tb := newTable(1, &storage.Table{Namespace: "n", Name: "t",
+func textTable() *table {
+	return newTable(1, &storage.Table{Namespace: "n", Name: "t",
 		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}}})
+}
+
+// TestPartitionHashCollisions: partitions whose keys hash alike take
+// successive slots and are told apart by key, also across a growth; a
+// scan over the table sees each once.
+func TestPartitionHashCollisions(t *testing.T) {
+	tb := textTable()
 	sh := &tb.parts[7]
-	const h = 42 // one hash for all three keys
-	keys := []string{"a", "b", "c"}
-	for _, k := range keys {
-		sh.insertLocked(h, &partition{t: tb, pk: k})
+	const h = 42 // one hash for all the keys
+	var keys []string
+	for i := range 40 { // 16 slots grow twice
+		keys = append(keys, fmt.Sprint("k", i))
+		sh.insertLocked(h, &partition{t: tb, pk: keys[i]})
+		sh.insertLocked(uint64(i)<<8|h+1, &partition{t: tb, pk: fmt.Sprint("other", i)})
 	}
 	for _, k := range keys {
 		if p := sh.find(h, k); p == nil || p.pk != k {
 			t.Fatalf("find %q among colliding keys: %+v", k, p)
 		}
 	}
-	if p := sh.find(h, "d"); p != nil {
+	if p := sh.find(h, "absent"); p != nil {
 		t.Fatalf("find of an absent key with a colliding hash: %+v", p)
 	}
-	if p := sh.find(h+1, "a"); p != nil {
+	if p := sh.find(h+1, "k1"); p != nil {
 		t.Fatalf("find under another hash: %+v", p)
 	}
 	seen := map[string]int{}
 	tb.rangeParts(func(p *partition) bool { seen[p.pk]++; return true })
-	if len(seen) != 3 || seen["a"] != 1 || seen["b"] != 1 || seen["c"] != 1 {
-		t.Fatalf("rangeParts saw %v", seen)
+	if len(seen) != 80 {
+		t.Fatalf("rangeParts saw %d partitions, want 80", len(seen))
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("rangeParts saw %q %d times", k, n)
+		}
+	}
+}
+
+// TestPartitionMapReadersDuringGrowth: lookups run without a lock while
+// inserts grow the shards' tables; a partition whose insert returned is
+// always found, and a lookup never returns another key's partition. Run
+// it under the race detector.
+func TestPartitionMapReadersDuringGrowth(t *testing.T) {
+	tb := textTable()
+	const n = 20000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	var done atomic.Int64 // keys[:done] are inserted
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := r; done.Load() < n; i++ {
+				d := int(done.Load())
+				k := keys[i%n]
+				p, _, _ := tb.partition(tb.hash(k), k)
+				switch {
+				case p != nil && p.pk != k:
+					failed.Store(fmt.Sprintf("load %q returned %q", k, p.pk))
+					return
+				case p == nil && i%n < d:
+					failed.Store(fmt.Sprintf("load %q: missing after its insert", k))
+					return
+				}
+			}
+		}()
+	}
+	for i, k := range keys {
+		if _, created, _, err := tb.makePartition(k, []storage.Value{storage.Text(k)}); err != nil || !created {
+			t.Fatalf("makePartition %q: created %v, %v", k, created, err)
+		}
+		done.Store(int64(i + 1))
+	}
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		t.Fatal(f)
+	}
+	for _, k := range keys {
+		if p, created, _, _ := tb.makePartition(k, nil); created || p.pk != k {
+			t.Fatalf("second makePartition %q created %v", k, created)
+		}
+	}
+}
+
+// TestPartitionLayout: a partition fills a 128-byte size class, so it
+// starts on a cache line, and a lookup's and a commit's fields sit in that
+// first line.
+func TestPartitionLayout(t *testing.T) {
+	var p partition
+	if n := unsafe.Sizeof(p); n <= 112 || n > 128 {
+		t.Fatalf("partition is %d bytes, want 113..128 (the 128-byte size class)", n)
+	}
+	if end := unsafe.Offsetof(p.one) + unsafe.Offsetof(p.one.row) + unsafe.Sizeof(p.one.row); end > 64 {
+		t.Fatalf("the record's row pointer ends at byte %d, past the first cache line", end)
+	}
+	tb := textTable()
+	for _, k := range []string{"short", "a key longer than sixteen bytes"} {
+		q := newPartition(tb, k, nil)
+		inline := unsafe.StringData(q.pk) == &q.inl[0]
+		if q.pk != k || inline != (len(k) <= len(q.inl)) {
+			t.Fatalf("partition key %q stored as %q, inline %v", k, q.pk, inline)
+		}
 	}
 }
