@@ -57,7 +57,7 @@ type writeEntry struct {
 
 	r   *record // resolved at commit
 	old uint64  // TID word at lock time
-	out *row   // row installed (nil for a delete)
+	out *row    // row installed (nil for a delete)
 }
 
 const linearWrites = 16
