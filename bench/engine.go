@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,7 +105,9 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch}
+	// Each of the --threads clients pins a worker, as a Silo thread owns
+	// one; sync clients share the rest, as a server's requests do.
+	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + max(4, 2*runtime.GOMAXPROCS(0))}
 	if cfg.Recovery {
 		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
 	}
@@ -233,6 +236,13 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		defer wg.Done()
 		r := rand.New(rand.NewPCG(uint64(id), 7))
 		tx := db.BeginRaw()
+		if !sync {
+			if err := tx.Pin(ctx); err != nil {
+				fail(err)
+				return
+			}
+			defer tx.Unpin()
+		}
 		var kr keyer
 		hist := newHist()
 		var mine []commitSample

@@ -51,7 +51,8 @@
 // no committing worker is in an older epoch, so no worker is more than one
 // epoch behind. Workers are commit slots (Workers of them) taken for the
 // commit protocol only, so an interactive transaction holds none while
-// its client thinks. Each worker appends committed writes to its log
+// its client thinks; a raw transaction may pin one for its lifetime, as
+// a Silo thread owns its worker (the benchmark's threads do). Each worker appends committed writes to its log
 // buffer; a buffer holds one epoch and goes to the worker's logger when it
 // reaches LogBufferSize or the epoch changes. A logger round collects its
 // workers' buffers of closed epochs and the handed-off ones, appends them

@@ -204,3 +204,65 @@ func TestLogNoneKeepsOnlyTheCatalog(t *testing.T) {
 		t.Fatalf("reopened with the log: %d rows, want the 1 its checkpoint holds", n)
 	}
 }
+
+// TestPinnedWorker: a pinned raw transaction commits on its own worker
+// and holds it until Unpin, while other commits wait for a free one; its
+// commits are durable and recovered like any other.
+func TestPinnedWorker(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := engine.Open(engine.Config{Dir: dir, Workers: 1, CheckpointInterval: -1, EpochInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &storage.Table{Namespace: "n", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
+	if err := db.CreateNamespace(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	h, err := db.Table("n", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, other := db.BeginRaw(), db.BeginRaw()
+	if err := pinned.Pin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range int64(100) {
+		pinned.Reset()
+		pinned.Write(h, h.PartitionKey(storage.BigInt(i)), []storage.Value{storage.BigInt(i)})
+		if last, err = pinned.CommitAsync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	other.Write(h, h.PartitionKey(storage.BigInt(1000)), []storage.Value{storage.BigInt(1)})
+	if _, err := other.CommitAsync(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a commit while the only worker is pinned: %v, want it to wait (deadline exceeded)", err)
+	}
+	cancel()
+	if err := db.WaitDurable(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	pinned.Unpin()
+	if _, err := other.CommitAsync(ctx); err != nil {
+		t.Fatalf("commit after Unpin: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = engine.Open(engine.Config{Dir: dir, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, k := range []int64{0, 99, 1000} {
+		if _, ok, err := db.Get(ctx, &storage.Get{Namespace: "n", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}}); err != nil || !ok {
+			t.Fatalf("row %d after recovery: found %v, %v", k, ok, err)
+		}
+	}
+}

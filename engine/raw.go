@@ -45,6 +45,31 @@ type RawTxn struct {
 // BeginRaw starts a raw transaction.
 func (db *DB) BeginRaw() *RawTxn { return &RawTxn{x: tx{db: db}} }
 
+// Pin makes every commit of the transaction run on one worker, taken now
+// and held until Unpin, as a Silo worker thread owns its worker: its log
+// buffer and last TID stay in one core's cache, and a commit skips the
+// shared queue of free workers. A pinned transaction holds one of
+// Config.Workers, so a program pins fewer than that and unpins when done.
+func (r *RawTxn) Pin(ctx context.Context) error {
+	if r.x.pinned != nil {
+		return nil
+	}
+	select {
+	case r.x.pinned = <-r.x.db.slots:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Unpin gives the pinned worker back.
+func (r *RawTxn) Unpin() {
+	if r.x.pinned != nil {
+		r.x.db.slots <- r.x.pinned
+		r.x.pinned = nil
+	}
+}
+
 // Reset makes the transaction empty again, keeping its buffers.
 func (r *RawTxn) Reset() {
 	r.x.reads, r.x.nodes, r.x.writes = r.x.reads[:0], r.x.nodes[:0], r.x.writes[:0]

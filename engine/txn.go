@@ -23,6 +23,7 @@ type tx struct {
 	order  []*writeEntry // writes in lock order, during commit
 	cand   []*partition  // resolve's candidates, one per write
 	last   int           // index of the write put touched last
+	pinned *worker       // the worker every commit uses (RawTxn.Pin)
 	// readMax is the largest version read: a read-only transaction is
 	// released once that version's epoch is durable.
 	readMax uint64
@@ -247,14 +248,18 @@ func (x *tx) commit(ctx context.Context) (uint64, error) {
 	if len(x.writes) == 0 {
 		return x.commitReadOnly()
 	}
-	var w *worker
-	select {
-	case w = <-x.db.slots:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	w := x.pinned
+	if w == nil {
+		select {
+		case w = <-x.db.slots:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	e, err := x.commitOn(w)
-	x.db.slots <- w
+	if x.pinned == nil {
+		x.db.slots <- w
+	}
 	if x.db.want.Load() {
 		x.db.wakeLoggers()
 	}
