@@ -29,7 +29,8 @@ func malformed(format string, args ...any) error {
 
 func appendRow(b []byte, cols []storage.Value) []byte {
 	b = binary.AppendUvarint(b, uint64(len(cols)))
-	for _, v := range cols {
+	for i := range cols {
+		v := &cols[i] // not a copy: the compiler's overlapping moves of one stalled the loop
 		if v.IsNull() {
 			b = append(b, 0)
 			continue

@@ -455,8 +455,8 @@ const maxRowBytes = 64<<20 - 1<<10
 func writeSize(w *writeEntry) int {
 	n := len(w.pk) + len(w.ck) + 32
 	if w.out != nil {
-		for _, v := range w.out.cols {
-			n += v.Size() + 11
+		for i := range w.out.cols {
+			n += w.out.cols[i].Size() + 11
 		}
 	}
 	return n
