@@ -121,3 +121,21 @@ func TestPartitionLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestSortByRecord: the write set is put in record-address order, the
+// global lock order, on both sides of the insertion-sort cutoff.
+func TestSortByRecord(t *testing.T) {
+	recs := make([]record, 64)
+	for _, n := range []int{0, 1, 2, 10, 24, 25, 64} {
+		ws := make([]*writeEntry, n)
+		for i := range ws {
+			ws[i] = &writeEntry{r: &recs[(i*37+11)%64]}
+		}
+		sortByRecord(ws)
+		for i := 1; i < n; i++ {
+			if uintptr(unsafe.Pointer(ws[i-1].r)) >= uintptr(unsafe.Pointer(ws[i].r)) {
+				t.Fatalf("%d writes: position %d out of order", n, i)
+			}
+		}
+	}
+}

@@ -329,9 +329,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		ws = append(ws, &x.writes[i])
 	}
 	x.order = ws
-	slices.SortFunc(ws, func(a, b *writeEntry) int {
-		return cmp.Compare(uintptr(unsafe.Pointer(a.r)), uintptr(unsafe.Pointer(b.r)))
-	})
+	sortByRecord(ws)
 	locked := 0
 	unlock := func() {
 		for _, wr := range ws[:locked] {
@@ -446,6 +444,25 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	}
 	w.lastTID = tid
 	return e, nil
+}
+
+// sortByRecord sorts writes by record address: an insertion sort for the
+// few writes of most transactions (no comparison function to call), the
+// library's sort beyond.
+func sortByRecord(ws []*writeEntry) {
+	addr := func(w *writeEntry) uintptr { return uintptr(unsafe.Pointer(w.r)) }
+	if len(ws) > 24 {
+		slices.SortFunc(ws, func(a, b *writeEntry) int { return cmp.Compare(addr(a), addr(b)) })
+		return
+	}
+	for i := 1; i < len(ws); i++ {
+		w, a := ws[i], addr(ws[i])
+		j := i
+		for ; j > 0 && addr(ws[j-1]) > a; j-- {
+			ws[j] = ws[j-1]
+		}
+		ws[j] = w
+	}
 }
 
 // maxRowBytes bounds one row's encoding (key and value columns).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -391,7 +392,8 @@ func (l *Log) append(ctx context.Context, payloads [][]byte) (uint64, error) {
 	first := l.mu.next
 	wasIdle := l.mu.pendingCount == 0
 	for _, p := range payloads {
-		l.appendLocked(p)
+		l.appendLocked(p, total)
+		total -= frameSize(len(p))
 	}
 	if wasIdle {
 		l.mu.firstPendingAt = time.Now()
@@ -417,8 +419,10 @@ func (l *Log) overLimitLocked(total int) bool {
 }
 
 // appendLocked assigns the next index and encodes the frame into the
-// pending chunk for its segment, starting a new segment when it does not fit.
-func (l *Log) appendLocked(payload []byte) {
+// pending chunk for its segment, starting a new segment when it does not
+// fit. rest is the bytes of this frame and those after it in the batch:
+// the chunk grows once for all that fit the segment, not by doubling.
+func (l *Log) appendLocked(payload []byte, rest int) {
 	n := int64(frameSize(len(payload)))
 	segs := l.mu.segs
 	if l.mu.off+n > l.cfg.SegmentSize && l.mu.off > 0 {
@@ -435,6 +439,7 @@ func (l *Log) appendLocked(payload []byte) {
 		l.mu.pending = append(l.mu.pending, chunk{seg: seg.first, off: l.mu.off, data: buf})
 	}
 	c := &l.mu.pending[len(l.mu.pending)-1]
+	c.data = slices.Grow(c.data, min(rest, int(l.cfg.SegmentSize-l.mu.off)))
 	c.data = appendFrame(c.data, l.mu.next, payload)
 	seg.last = l.mu.next
 	l.mu.off += n
@@ -575,6 +580,10 @@ func (l *Log) finalRound() { l.round(true) }
 // maxSpare bounds the chunk buffers kept for reuse.
 const maxSpare = 8
 
+// maxSpareSize is the largest chunk buffer kept for reuse: a round of the
+// engine's loggers writes a few half-megabyte buffers.
+const maxSpareSize = 4 << 20
+
 // round writes the pending records and, if doSync, fdatasyncs. It returns
 // false if the log failed.
 func (l *Log) round(doSync bool) bool {
@@ -599,7 +608,7 @@ func (l *Log) round(doSync bool) bool {
 		l.mu.Lock()
 		l.mu.written = last
 		for _, c := range chunks {
-			if cap(c.data) <= 1<<20 && len(l.mu.spare) < maxSpare {
+			if cap(c.data) <= maxSpareSize && len(l.mu.spare) < maxSpare {
 				l.mu.spare = append(l.mu.spare, c.data)
 			}
 		}
