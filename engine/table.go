@@ -128,13 +128,21 @@ func (sh *partShard) find(h uint64, pk string) *partition {
 	}
 }
 
-// home returns the partition in h's home slot, which is the one hashed h
-// unless keys that hash alike or nearby came first, or nil.
-func (sh *partShard) home(h uint64) *partition {
-	if tab := sh.tab.Load(); tab != nil {
-		return tab.slots[h&tab.mask].p.Load()
+// candidate returns the first partition of h's probe sequence whose slot
+// has hash h, without reading any partition: almost always pk's, whose
+// key the caller still compares. nil means none.
+func (sh *partShard) candidate(h uint64) *partition {
+	tab := sh.tab.Load()
+	if tab == nil {
+		return nil
 	}
-	return nil
+	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+		s := &tab.slots[i]
+		p := s.p.Load()
+		if p == nil || s.h.Load() == h {
+			return p
+		}
+	}
 }
 
 // insertLocked adds p, hashed h, to sh, whose mutex the caller holds.

@@ -207,18 +207,18 @@ func (x *tx) putRow(t *table, pk, ck string, r *row) {
 }
 
 // resolve finds the records of the writes to tables without clustering
-// key that the index has, in two passes: the first loads every write's
-// home slot, the second checks each slot's partition. Within a pass the
+// key that the index has, in two passes: the first finds every write's
+// slot by hash, the second checks each slot's partition. Within a pass the
 // loads do not depend on one another, so their cache misses overlap; a
 // lookup per write, each waiting for its slot and then its partition,
 // took half of a write-only transaction's time. Writes left unresolved
-// (a key that probes further, a missing partition, a clustered table)
+// (a 64-bit hash collision, a missing partition, a clustered table)
 // take commitOn's path.
 func (x *tx) resolve() {
 	cand := x.cand[:0]
 	for i := range x.writes {
 		wr := &x.writes[i]
-		cand = append(cand, wr.t.shardOf(wr.h).home(wr.h))
+		cand = append(cand, wr.t.shardOf(wr.h).candidate(wr.h))
 	}
 	x.cand = cand
 	for i := range x.writes {
