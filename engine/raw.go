@@ -92,7 +92,7 @@ func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
 type RawRow struct{ r *row }
 
 // NewRawRow builds a row from its value columns, in schema order.
-func NewRawRow(cols []storage.Value) RawRow { return RawRow{&row{cols: cols}} }
+func NewRawRow(cols []storage.Value) RawRow { return RawRow{&row{cols: cols, size: colsSize(cols)}} }
 
 // WriteRow sets the whole row of partition key pk to a prebuilt row.
 func (r *RawTxn) WriteRow(h *TableHandle, pk string, row RawRow) {

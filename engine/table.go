@@ -22,8 +22,21 @@ type record struct {
 	p   *partition
 }
 
-// row holds the value columns of a row, in schema order.
-type row struct{ cols []storage.Value }
+// row holds the value columns of a row, in schema order. size, when not
+// 0, is colsSize(cols), computed once for a row written many times.
+type row struct {
+	cols []storage.Value
+	size int
+}
+
+// colsSize bounds the encoded size of a row's columns.
+func colsSize(cols []storage.Value) int {
+	n := 0
+	for i := range cols {
+		n += cols[i].Size() + 11
+	}
+	return n
+}
 
 // partition is the rows sharing a partition key. A table without a
 // clustering key has exactly one record per partition, one; otherwise the

@@ -472,8 +472,10 @@ const maxRowBytes = 64<<20 - 1<<10
 func writeSize(w *writeEntry) int {
 	n := len(w.pk) + len(w.ck) + 32
 	if w.out != nil {
-		for i := range w.out.cols {
-			n += w.out.cols[i].Size() + 11
+		if w.out.size != 0 {
+			n += w.out.size
+		} else {
+			n += colsSize(w.out.cols)
 		}
 	}
 	return n
