@@ -439,7 +439,7 @@ func (l *Log) appendLocked(payload []byte, rest int) {
 		l.mu.pending = append(l.mu.pending, chunk{seg: seg.first, off: l.mu.off, data: buf})
 	}
 	c := &l.mu.pending[len(l.mu.pending)-1]
-	c.data = slices.Grow(c.data, min(rest, int(l.cfg.SegmentSize-l.mu.off)))
+	c.data = slices.Grow(c.data, int(min(int64(rest), l.cfg.SegmentSize-l.mu.off)))
 	c.data = appendFrame(c.data, l.mu.next, payload)
 	seg.last = l.mu.next
 	l.mu.off += n
