@@ -129,15 +129,12 @@ func (sh *partShard) find(h uint64, pk string) *partition {
 	if tab == nil {
 		return nil
 	}
-	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
-		s := &tab.slots[i]
-		p := s.p.Load()
-		if p == nil {
-			return nil // never-written slot: the probe sequence ends
-		}
-		if s.h.Load() == h && p.pk == pk {
+	for i := h & tab.mask; ; {
+		p, j := tab.probe(h, i)
+		if p == nil || p.pk == pk {
 			return p
 		}
+		i = (j + 1) & tab.mask // another key with the same 64-bit hash
 	}
 }
 
@@ -149,11 +146,19 @@ func (sh *partShard) candidate(h uint64) *partition {
 	if tab == nil {
 		return nil
 	}
-	for i := h & tab.mask; ; i = (i + 1) & tab.mask {
+	p, _ := tab.probe(h, h&tab.mask)
+	return p
+}
+
+// probe walks h's probe sequence from slot i to the first slot that has
+// hash h, returning its partition and index, or to a never-written slot,
+// returning nil: the sequence ends there.
+func (tab *partTable) probe(h, i uint64) (*partition, uint64) {
+	for ; ; i = (i + 1) & tab.mask {
 		s := &tab.slots[i]
 		p := s.p.Load()
 		if p == nil || s.h.Load() == h {
-			return p
+			return p, i
 		}
 	}
 }
