@@ -110,7 +110,7 @@ func crashSeed(t *testing.T, seed uint64) {
 	h.next.Store(1)
 	prevAcked := 0
 	for cycle := range 3 {
-		mem2, ckpts := runUntilCrash(t, db, mem, h, rng)
+		mem2, ckpts := runUntilCrash(t, db, mem, h, rng, prevAcked)
 		// The check below proves something only if commits were
 		// acknowledged before this crash.
 		if acked := h.acked(); acked <= prevAcked {
@@ -137,7 +137,7 @@ func crashSeed(t *testing.T, seed uint64) {
 // returns a clone of the filesystem holding what a power cut would leave.
 // The acknowledged set is copied before the clone, so everything in it
 // was durable before the crash.
-func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng *rand.Rand) (*vfs.MemFS, int) {
+func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng *rand.Rand, prevAcked int) (*vfs.MemFS, int) {
 	ctx := context.Background()
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -164,7 +164,14 @@ func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng 
 			time.Sleep(time.Duration(cr.IntN(3000)) * time.Microsecond)
 		}
 	}()
-	time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
+	// The crash comes at a random time after the cycle's first
+	// acknowledgement: a fixed delay from the start crashed before any, on
+	// a loaded machine under the race detector. Nothing acknowledged in
+	// ten seconds fails the caller's check.
+	for deadline := time.Now().Add(10 * time.Second); h.acked() <= prevAcked && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Microsecond)
+	}
+	time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 	unsynced := []int{0, 100, 25 + rng.IntN(51)}[rng.IntN(3)]
 	cloneRNG := rand.New(rand.NewPCG(rng.Uint64(), 7))
 	h.mu.Lock()
