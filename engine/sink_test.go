@@ -76,21 +76,10 @@ func (s *markSink) Close() error               { return nil }
 func TestMarksCoverTheirEpochs(t *testing.T) {
 	sink := &markSink{}
 	fs := vfs.NewMem()
-	db, err := engine.Open(engine.Config{Dir: "/db", FS: fs, Workers: 256, EpochInterval: 200 * time.Microsecond, LogBufferSize: 4 << 10,
+	db := openKV(t, engine.Config{Dir: "/db", FS: fs, Workers: 256, EpochInterval: 200 * time.Microsecond, LogBufferSize: 4 << 10,
 		CheckpointInterval: -1, OpenSink: func(vfs.FS, string, int) (engine.LogSink, error) { return sink, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	tb := &storage.Table{Namespace: "m", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
-	if err := db.CreateNamespace(ctx, "m"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
-	h, err := db.Table("m", "t")
+	h, err := db.Table("u", "kv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +117,7 @@ func TestMarksCoverTheirEpochs(t *testing.T) {
 	defer db.Close()
 	for g, n := range commits {
 		for i, want := range map[int64]bool{0: n > 0, n - 1: n > 0, n: false} {
-			_, ok, err := db.Get(ctx, &storage.Get{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(int64(g)<<32 | i)}})
+			_, ok, err := db.Get(ctx, &storage.Get{Namespace: "u", Table: "kv", Partition: storage.Values{"k": storage.BigInt(int64(g)<<32 | i)}})
 			if err != nil || ok != want {
 				t.Fatalf("client %d row %d after recovery: found %v, want %v (%v)", g, i, ok, want, err)
 			}
