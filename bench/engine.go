@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,7 +106,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	defer os.RemoveAll(dir)
 	// Each of the --threads clients pins a worker, as a Silo thread owns
 	// one; sync clients share the rest, as a server's requests do.
-	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + max(4, 2*runtime.GOMAXPROCS(0))}
+	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers()}
 	if cfg.Recovery {
 		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
 	}

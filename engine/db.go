@@ -47,7 +47,7 @@ type Config struct {
 	// 0 means 1.
 	Loggers int
 	// Workers bounds the transactions committing at once; each worker has
-	// its own log buffer. 0 means 2 × GOMAXPROCS (at least 4).
+	// its own log buffer. 0 means DefaultWorkers().
 	Workers int
 	// EpochInterval is how often the epoch advances. 0 means 40 ms.
 	EpochInterval time.Duration
@@ -89,7 +89,7 @@ func (c *Config) validate() error {
 		c.Loggers = 1
 	}
 	if c.Workers == 0 {
-		c.Workers = max(4, 2*runtime.GOMAXPROCS(0))
+		c.Workers = DefaultWorkers()
 	}
 	if c.EpochInterval == 0 {
 		c.EpochInterval = 40 * time.Millisecond
@@ -125,6 +125,10 @@ func (c *Config) validate() error {
 	c.Limits = lim
 	return nil
 }
+
+// DefaultWorkers is Config.Workers when left 0: twice the processors Go
+// uses, at least 4.
+func DefaultWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
 // ErrFailed is the cause reported once the engine's log failed (an fsync
 // error, say): commits can no longer become durable, so every waiting and
