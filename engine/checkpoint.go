@@ -379,7 +379,7 @@ func checkTID(tid, epoch uint64) error {
 // apply installs a recovered write unless the record already holds a
 // higher TID.
 func apply(t *table, w logWrite, tid uint64) error {
-	p, _, _, err := t.makePartition(w.pk, nil)
+	p, _, _, err := t.makePartition(t.hash(w.pk), w.pk, nil)
 	if err != nil {
 		return malformed("partition key: %v", err)
 	}

@@ -311,8 +311,7 @@ func (t *table) partition(h uint64, pk string) (*partition, *atomic.Uint64, uint
 // absent record) if missing. keys decodes pk lazily when it is nil.
 // created reports a new partition, whose bucket version this call bumped
 // from the returned old value.
-func (t *table) makePartition(pk string, keys []storage.Value) (p *partition, created bool, old uint64, err error) {
-	h := t.hash(pk)
+func (t *table) makePartition(h uint64, pk string, keys []storage.Value) (p *partition, created bool, old uint64, err error) {
 	sh := t.shardOf(h)
 	if p := sh.find(h, pk); p != nil {
 		return p, false, 0, nil

@@ -85,7 +85,7 @@ func TestPartitionMapReadersDuringGrowth(t *testing.T) {
 		}()
 	}
 	for i, k := range keys {
-		if _, created, _, err := tb.makePartition(k, []storage.Value{storage.Text(k)}); err != nil || !created {
+		if _, created, _, err := tb.makePartition(tb.hash(k), k, []storage.Value{storage.Text(k)}); err != nil || !created {
 			t.Fatalf("makePartition %q: created %v, %v", k, created, err)
 		}
 		done.Store(int64(i + 1))
@@ -95,7 +95,7 @@ func TestPartitionMapReadersDuringGrowth(t *testing.T) {
 		t.Fatal(f)
 	}
 	for _, k := range keys {
-		if p, created, _, _ := tb.makePartition(k, nil); created || p.pk != k {
+		if p, created, _, _ := tb.makePartition(tb.hash(k), k, nil); created || p.pk != k {
 			t.Fatalf("second makePartition %q created %v", k, created)
 		}
 	}

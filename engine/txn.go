@@ -206,14 +206,14 @@ func (x *tx) putRow(t *table, pk, ck string, r *row) {
 	x.writes[x.last].full = r
 }
 
-// resolve finds the records of the writes to tables without clustering
-// key that the index has, in two passes: the first finds every write's
-// slot by hash, the second checks each slot's partition. Within a pass the
-// loads do not depend on one another, so their cache misses overlap; a
-// lookup per write, each waiting for its slot and then its partition,
-// took half of a write-only transaction's time. Writes left unresolved
-// (a 64-bit hash collision, a missing partition, a clustered table)
-// take commitOn's path.
+// resolve finds the partitions of the writes that the index has, in two
+// passes: the first finds every write's slot by hash, the second checks
+// each slot's partition. Within a pass the loads do not depend on one
+// another, so their cache misses overlap; a lookup per write, each
+// waiting for its slot and then its partition, took half of a write-only
+// transaction's time. A write to a table without clustering key gets its
+// record; x.cand[i] is write i's partition, or nil when commitOn must
+// look it up or create it (a missing partition, a 64-bit hash collision).
 func (x *tx) resolve() {
 	cand := x.cand[:0]
 	for i := range x.writes {
@@ -222,10 +222,13 @@ func (x *tx) resolve() {
 	}
 	x.cand = cand
 	for i := range x.writes {
-		if p := cand[i]; p != nil && p.pk == x.writes[i].pk && p.cl == nil {
+		switch p := cand[i]; {
+		case p == nil:
+		case p.pk != x.writes[i].pk:
+			cand[i] = nil
+		case p.cl == nil:
 			x.writes[i].r = &p.one
 		}
-		cand[i] = nil
 	}
 }
 
@@ -295,17 +298,22 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 
 	// Find or insert (absent) the records written.
 	x.resolve()
+	defer clear(x.cand) // keep no partition alive past the commit
 	for i := range x.writes {
 		wr := &x.writes[i]
 		if wr.r != nil {
 			continue // resolved
 		}
-		p, createdP, old, err := wr.t.makePartition(wr.pk, wr.pkeys)
-		if err != nil {
-			return 0, err
-		}
-		if createdP {
-			x.bumped(wr.t.bucketOf(wr.h), old)
+		p, createdP := x.cand[i], false
+		if p == nil {
+			var old uint64
+			var err error
+			if p, createdP, old, err = wr.t.makePartition(wr.h, wr.pk, wr.pkeys); err != nil {
+				return 0, err
+			}
+			if createdP {
+				x.bumped(wr.t.bucketOf(wr.h), old)
+			}
 		}
 		r, createdR, old := p.makeRecord(wr.ck)
 		if createdR {
