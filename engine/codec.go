@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -30,32 +31,37 @@ func malformed(format string, args ...any) error {
 func appendRow(b []byte, cols []storage.Value) []byte {
 	b = binary.AppendUvarint(b, uint64(len(cols)))
 	for i := range cols {
-		v := &cols[i] // not a copy: the compiler's overlapping moves of one stalled the loop
-		if v.IsNull() {
-			b = append(b, 0)
-			continue
+		t, null, bits, s := cols[i].Payload()
+		b = slices.Grow(b, 2+binary.MaxVarintLen64+len(s))
+		n := len(b)
+		d := b[n:cap(b)]
+		k := 1
+		switch {
+		case null || t == 0:
+			d[0] = 0
+		case t == storage.TypeBoolean:
+			d[0], d[1], k = byte(t), byte(bits), 2
+		case t == storage.TypeText || t == storage.TypeBlob:
+			d[0] = byte(t)
+			k += putUvarint(d[1:], uint64(len(s)))
+			k += copy(d[k:], s)
+		default: // BIGINT, TIMESTAMP, DOUBLE
+			d[0] = byte(t)
+			binary.LittleEndian.PutUint64(d[1:], bits)
+			k = 9
 		}
-		b = append(b, byte(v.Type()))
-		switch v.Type() {
-		case storage.TypeBoolean:
-			if v.AsBool() {
-				b = append(b, 1)
-			} else {
-				b = append(b, 0)
-			}
-		case storage.TypeBigInt:
-			b = binary.LittleEndian.AppendUint64(b, uint64(v.AsBigInt()))
-		case storage.TypeTimestamp:
-			b = binary.LittleEndian.AppendUint64(b, uint64(v.AsMicros()))
-		case storage.TypeDouble:
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v.AsDouble()))
-		case storage.TypeText, storage.TypeBlob:
-			s := v.Content()
-			b = binary.AppendUvarint(b, uint64(len(s)))
-			b = append(b, s...)
-		}
+		b = b[:n+k]
 	}
 	return b
+}
+
+// putUvarint is binary.PutUvarint with the one-byte case inline.
+func putUvarint(d []byte, v uint64) int {
+	if v < 0x80 {
+		d[0] = byte(v)
+		return 1
+	}
+	return binary.PutUvarint(d, v)
 }
 
 // decoder reads the encoding above from an untrusted buffer.
@@ -175,17 +181,23 @@ type logWrite struct {
 	cols   []storage.Value
 }
 
+// appendWrite reserves room for the write's keys once and writes them by
+// index: appends byte by byte cost more than the bytes.
 func appendWrite(b []byte, tableID uint64, pk, ck string, cols []storage.Value, del bool) []byte {
-	b = binary.AppendUvarint(b, tableID)
-	b = binary.AppendUvarint(b, uint64(len(pk)))
-	b = append(b, pk...)
-	b = binary.AppendUvarint(b, uint64(len(ck)))
-	b = append(b, ck...)
+	b = slices.Grow(b, 3*binary.MaxVarintLen64+len(pk)+len(ck)+1)
+	n := len(b)
+	d := b[n:cap(b)]
+	k := putUvarint(d, tableID)
+	k += putUvarint(d[k:], uint64(len(pk)))
+	k += copy(d[k:], pk)
+	k += putUvarint(d[k:], uint64(len(ck)))
+	k += copy(d[k:], ck)
 	if del {
-		return append(b, 1)
+		d[k] = 1
+		return b[:n+k+1]
 	}
-	b = append(b, 0)
-	return appendRow(b, cols)
+	d[k] = 0
+	return appendRow(b[:n+k+1], cols)
 }
 
 // write decodes one write. tables resolves table ids; a write to a table

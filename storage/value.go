@@ -107,6 +107,18 @@ func Null() Value { return Value{null: true} }
 // NullOf is a NULL of type t, as reads return it.
 func NullOf(t DataType) Value { return Value{typ: t, null: true} }
 
+// Payload returns v's parts for an encoder that reads values in place
+// (a copy of a Value costs more than the encoding of a small one): its
+// type, whether it is NULL, and its content, as bits for BOOLEAN (0 or 1),
+// BIGINT, TIMESTAMP (microseconds) and DOUBLE (IEEE-754), or as s for TEXT
+// and BLOB.
+func (v *Value) Payload() (t DataType, null bool, bits uint64, s string) {
+	if v.typ == TypeDouble {
+		return v.typ, v.null, math.Float64bits(v.f), v.s
+	}
+	return v.typ, v.null, uint64(v.i), v.s
+}
+
 // Type is the value's type; 0 for an untyped NULL.
 func (v Value) Type() DataType { return v.typ }
 

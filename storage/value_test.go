@@ -86,6 +86,35 @@ func TestValueBasics(t *testing.T) {
 	_ = BigInt(1).AsText()
 }
 
+func TestValuePayload(t *testing.T) {
+	type parts struct {
+		t    DataType
+		null bool
+		bits uint64
+		s    string
+	}
+	for _, c := range []struct {
+		v    Value
+		want parts
+	}{
+		{Null(), parts{0, true, 0, ""}},
+		{NullOf(TypeText), parts{TypeText, true, 0, ""}},
+		{Bool(true), parts{TypeBoolean, false, 1, ""}},
+		{Bool(false), parts{TypeBoolean, false, 0, ""}},
+		{BigInt(-2), parts{TypeBigInt, false, math.MaxUint64 - 1, ""}},
+		{TimestampMicros(7), parts{TypeTimestamp, false, 7, ""}},
+		{Double(-0.5), parts{TypeDouble, false, math.Float64bits(-0.5), ""}},
+		{Text("héllo"), parts{TypeText, false, 0, "héllo"}},
+		{Blob([]byte{0, 0xff}), parts{TypeBlob, false, 0, "\x00\xff"}},
+	} {
+		var got parts
+		got.t, got.null, got.bits, got.s = c.v.Payload()
+		if got != c.want {
+			t.Errorf("Payload(%v) = %+v, want %+v", c.v, got, c.want)
+		}
+	}
+}
+
 func TestTableJSONRoundTrip(t *testing.T) {
 	tb := &Table{Namespace: "ns", Name: "t",
 		PartitionKey:  []Column{{"p", TypeText}},
