@@ -104,6 +104,42 @@ func TestHMACCopiesSecret(t *testing.T) {
 	}
 }
 
+// TestHMACKnownAnswer checks RFC 4231 test case 6 through the pooled
+// hash states: first use, reuse, and concurrent use give the same MAC.
+func TestHMACKnownAnswer(t *testing.T) {
+	key := bytes.Repeat([]byte{0xaa}, 131)
+	msg := []byte("Test Using Larger Than Block-Size Key - Hash Key First")
+	const want = "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+	s, err := NewHMACSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			for range 100 {
+				sig, err := s.Sign(msg)
+				if err == nil && hex.EncodeToString(sig) != want {
+					err = errors.New("MAC " + hex.EncodeToString(sig))
+				}
+				if err == nil {
+					_, err = s.Sign([]byte("other"))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // keyPair is a signer with its matching verifier and a verifier for an
 // unrelated key of the same scheme.
 type keyPair struct {

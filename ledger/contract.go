@@ -276,19 +276,50 @@ func builtinArgs(args []byte, dst any, fields ...string) error {
 	if err != nil {
 		return err
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(canon, &m); err != nil || m == nil {
+	if len(canon) == 0 || canon[0] != '{' {
 		return fmt.Errorf("%w: not a JSON object", ErrBadArgument)
 	}
-	for k := range m {
-		if !slices.Contains(fields, k) {
-			return fmt.Errorf("%w: unknown field %q", ErrBadArgument, truncate(k, 40))
-		}
+	if k, ok := unknownKey(canon, fields); !ok {
+		return fmt.Errorf("%w: unknown field %s", ErrBadArgument, truncate(k, 40))
 	}
 	if err := json.Unmarshal(canon, dst); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgument, err)
 	}
 	return nil
+}
+
+// unknownKey returns the first member name of the canonical JSON object c
+// that is not one of fields, quoted as it is written, or ok. Names are
+// compared as written: one with an escape is never a field's plain name.
+func unknownKey(c []byte, fields []string) (key string, ok bool) {
+	depth, expectKey := 0, false
+	for i := 0; i < len(c); i++ {
+		switch c[i] {
+		case '"':
+			j := i + 1
+			for c[j] != '"' {
+				if c[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if depth == 1 && expectKey {
+				if name := c[i+1 : j]; !slices.ContainsFunc(fields, func(f string) bool { return f == string(name) }) {
+					return string(c[i : j+1]), false
+				}
+				expectKey = false
+			}
+			i = j
+		case '{', '[':
+			depth++
+			expectKey = depth == 1
+		case '}', ']':
+			depth--
+		case ',':
+			expectKey = depth == 1
+		}
+	}
+	return "", true
 }
 
 func ycsbC(c *Context, args []byte) ([]byte, error) {

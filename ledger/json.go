@@ -27,7 +27,14 @@ const maxJSONDepth = 64
 // rules and returns its RFC 8785 canonical form. The rules, checked on the
 // canonical form: no duplicate object keys, integers (numbers written with
 // digits only) within ±(2^53−1), nesting at most 64. Errors wrap what.
+//
+// Most texts arrive canonical already (the SDK and the built-in contracts
+// write them so); those are recognised in one pass and returned as they
+// are, b itself, without the transform.
 func Canonical(b []byte, what error) ([]byte, error) {
+	if isCanonical(b) {
+		return b, nil
+	}
 	if !json.Valid(b) {
 		return nil, fmt.Errorf("%w: not a JSON text", what)
 	}
@@ -39,6 +46,125 @@ func Canonical(b []byte, what error) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", what, err)
 	}
 	return out, nil
+}
+
+// isCanonical reports whether b is a JSON text that Canonical would return
+// unchanged and accept. It recognises a conservative subset, and false
+// only means "take the transform": strings of printable ASCII without
+// escapes, integers within ±(2^53−1) without a sign on zero, object keys
+// in strictly increasing byte order (the order of UTF-16 code units, for
+// ASCII), no whitespace, nesting at most maxJSONDepth.
+func isCanonical(b []byte) bool {
+	end, ok := canonicalValue(b, 0, 0)
+	return ok && end == len(b)
+}
+
+// canonicalValue scans the value at b[i:] at nesting depth and returns
+// the index just past it.
+func canonicalValue(b []byte, i, depth int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return canonicalString(b, i)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return canonicalInt(b, i)
+	case c == '{' || c == '[':
+		if depth >= maxJSONDepth {
+			return i, false
+		}
+		closer, object := byte(']'), c == '{'
+		if object {
+			closer = '}'
+		}
+		i++
+		if i < len(b) && b[i] == closer {
+			return i + 1, true
+		}
+		var prev []byte
+		for {
+			if object {
+				start := i
+				var ok bool
+				if i, ok = canonicalString(b, i); !ok || i >= len(b) || b[i] != ':' {
+					return i, false
+				}
+				key := b[start:i]
+				if prev != nil && bytes.Compare(prev, key) >= 0 {
+					return i, false
+				}
+				prev = key
+				i++
+			}
+			var ok bool
+			if i, ok = canonicalValue(b, i, depth+1); !ok || i >= len(b) {
+				return i, false
+			}
+			switch b[i] {
+			case ',':
+				i++
+			case closer:
+				return i + 1, true
+			default:
+				return i, false
+			}
+		}
+	case c == 't':
+		return canonicalWord(b, i, "true")
+	case c == 'f':
+		return canonicalWord(b, i, "false")
+	case c == 'n':
+		return canonicalWord(b, i, "null")
+	}
+	return i, false
+}
+
+func canonicalString(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return i, false
+	}
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return i, false
+		}
+	}
+	return i, false
+}
+
+func canonicalInt(b []byte, i int) (int, bool) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	digits := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	n := i - digits
+	switch {
+	case n == 0 || n > 16 || (n > 1 && b[digits] == '0'):
+		return i, false
+	case b[digits] == '0' && digits > start: // -0
+		return i, false
+	case i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E'):
+		return i, false
+	}
+	var v uint64 // at most 16 digits: no overflow
+	for _, d := range b[digits:i] {
+		v = v*10 + uint64(d-'0')
+	}
+	return i, v <= maxSafeInt
+}
+
+func canonicalWord(b []byte, i int, w string) (int, bool) {
+	if len(b)-i < len(w) || string(b[i:i+len(w)]) != w {
+		return i, false
+	}
+	return i + len(w), true
 }
 
 // checkCanonical walks canonical JSON (no whitespace, members sorted, so

@@ -2,9 +2,12 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 func TestCanonical(t *testing.T) {
@@ -48,10 +51,16 @@ func TestCanonical(t *testing.T) {
 // whatever it accepts decodes, re-canonicalises to itself, and matches the
 // canonical form of the decoded value.
 func FuzzCanonical(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2,{"b":null}],"c":"\u00e9"}`, `[1.5e300,-0,true]`, `{"a":1,"a":2}`, `"\ud800"`, `123456789012345678`} {
+	for _, s := range []string{`{"a":[1,2,{"b":null}],"c":"\u00e9"}`, `[1.5e300,-0,true]`, `{"a":1,"a":2}`, `"\ud800"`, `123456789012345678`, `{"id":"a1","payload":"x"}`, `{"a":[1,-2,{}],"b":null}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if isCanonical(b) {
+			slow, err := jcs.Transform(b)
+			if err != nil || !bytes.Equal(slow, b) || checkCanonical(slow) != nil || !json.Valid(b) {
+				t.Fatalf("%q takes the fast path, but the transform gives %q, %v", b, slow, err)
+			}
+		}
 		out, err := Canonical(b, ErrBadArgument)
 		if err != nil {
 			return
@@ -69,4 +78,36 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("%q: canonical %s, via decoding %s (%v)", b, out, ref, err)
 		}
 	})
+}
+
+// TestCanonicalFastPath checks which texts skip the transform: the shapes
+// the SDK and the built-in contracts write do, anything needing a change
+// or a check of the transform does not.
+func TestCanonicalFastPath(t *testing.T) {
+	deep := strings.Repeat("[", 64) + strings.Repeat("]", 64)
+	for _, c := range []struct {
+		in   string
+		fast bool
+	}{
+		{`{"id":"a1","payload":"xyz"}`, true},
+		{`{"ids":["a","b"]}`, true},
+		{`{"age":12,"n":-9007199254740991,"z":[true,false,null,{},[]]}`, true},
+		{`0`, true}, {`""`, true}, {deep, true},
+		{"[" + deep + "]", false}, // 65 levels: the transform decides
+		{`{"b":1,"a":2}`, false}, {`{"a":1,"a":2}`, false}, {`{"a":1, "b":2}`, false},
+		{`-0`, false}, {`01`, false}, {`1.5`, false}, {`1e3`, false}, {`9007199254740992`, false},
+		{`"\u0041"`, false}, {`"é"`, false}, {"\"\x7f\"", false}, {`"a\"b"`, false},
+		{`{"a":1}x`, false}, {`[1,]`, false}, {`{"a"}`, false}, {`tru`, false}, {``, false}, {`[`, false},
+	} {
+		if got := isCanonical([]byte(c.in)); got != c.fast {
+			t.Errorf("isCanonical(%.50s) = %v, want %v", c.in, got, c.fast)
+		}
+		if !c.fast {
+			continue
+		}
+		slow, err := jcs.Transform([]byte(c.in))
+		if err != nil || string(slow) != c.in || checkCanonical(slow) != nil {
+			t.Errorf("%.50s takes the fast path but the transform gives %s, %v", c.in, slow, err)
+		}
+	}
 }

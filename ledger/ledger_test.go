@@ -806,6 +806,8 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		`{"id":"k0","payload":"y"} {}`,
 		`["k0"]`,
 		`{"id":"k0","payload":"y","payload":"z"}`,
+		`{"id":"k0","payload":"y","x":{"id":"k1"}}`,
+		`{"i\"d":"k0","id":"k0","payload":"y"}`,
 	} {
 		if _, err := f.exec(f.hmac, "builtin.ycsb_f", args); !errors.Is(err, ErrBadArgument) {
 			t.Errorf("ycsb_f %s: %v, want ErrBadArgument", args, err)
@@ -826,4 +828,20 @@ func TestBuiltinArgumentsAreStrict(t *testing.T) {
 		t.Fatalf("k5 at age %d (%v) after a refused bulk load; want none", latest, err)
 	}
 	f.mustExec(f.hmac, "builtin.ycsb_f", `{"id":"k0","payload":"y"}`)
+}
+
+func TestUnknownKey(t *testing.T) {
+	for _, c := range []struct {
+		in, key string
+	}{
+		{`{"ids":[{"zz":1},"a,\"b"],"n":{"q":[1]}}`, ""},
+		{`{}`, ""},
+		{`{"a\"b":1,"ids":2}`, `"a\"b"`},
+		{`{"ids":{"x":1},"zz":[]}`, `"zz"`},
+	} {
+		key, ok := unknownKey([]byte(c.in), []string{"ids", "n"})
+		if ok != (c.key == "") || key != c.key {
+			t.Errorf("unknownKey(%s) = %q, %v; want %q", c.in, key, ok, c.key)
+		}
+	}
 }
