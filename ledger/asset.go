@@ -3,8 +3,6 @@ package ledger
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"maps"
-	"slices"
 )
 
 // Version is one version of an asset, as stored and hash-chained. The
@@ -81,7 +79,8 @@ func (e *enc) i64(v int64)  { e.b = binary.BigEndian.AppendUint64(e.b, uint64(v)
 func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
 func (e *enc) input(m map[string]int64) {
 	e.u32(uint32(len(m)))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
+	var kb [8]string
+	for _, k := range appendSortedKeys(kb[:0], m) {
 		e.str(k)
 		e.i64(m[k])
 	}

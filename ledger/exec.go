@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -170,7 +168,8 @@ func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
 func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 	res := &Result{Receipt: Receipt{Nonce: req.Nonce, Contract: req.ContractID, Input: s.input, Result: result}}
 	writes := make(map[string]int64, len(s.writes))
-	for _, id := range slices.Sorted(maps.Keys(s.writes)) {
+	var kb [8]string
+	for _, id := range appendSortedKeys(kb[:0], s.writes) {
 		h := s.heads[id]
 		v := &Version{ID: id, Age: h.age + 1, Input: s.input, Output: s.writes[id], Contract: req.ContractID,
 			Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity, KeyVersion: req.KeyVersion,
@@ -182,10 +181,7 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 			return nil, fmt.Errorf("ledger: signing the proof of %s: %w", id, err)
 		}
 		v.ProofSignature, p.Signature = sig, sig
-		put, err := s.l.versionPut(v)
-		if err != nil {
-			return nil, err
-		}
+		put := s.l.versionPut(v)
 		// Unconditional: the head was read in this transaction, so no
 		// other version v.Age can commit beside this one.
 		if err := s.tx.Put(s.ctx, put); err != nil {

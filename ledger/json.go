@@ -458,3 +458,54 @@ func sortedKeys(m map[string]any) []string {
 	// only makes dict insertion order independent of map iteration.
 	return slices.Sorted(maps.Keys(m))
 }
+
+// appendSortedKeys appends m's keys to buf in byte order. Given a buffer
+// on the caller's stack, a small map costs no allocation.
+func appendSortedKeys[V any](buf []string, m map[string]V) []string {
+	for k := range m {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
+}
+
+// ageMapJSON encodes an id → age map exactly as encoding/json does (keys
+// in byte order, '<', '>' and '&' escaped as \u003c, \u003e, \u0026),
+// without reflection. Asset ids are printable ASCII; a map holding any
+// other key goes through encoding/json.
+func ageMapJSON(m map[string]int64) []byte {
+	var kb [8]string
+	keys := appendSortedKeys(kb[:0], m)
+	n := 2
+	for _, k := range keys {
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] >= 0x7f {
+				b, _ := json.Marshal(m) // map[string]int64 always marshals
+				return b
+			}
+		}
+		n += len(k) + 24
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for j := 0; j < len(k); j++ {
+			switch c := k[j]; c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '<', '>', '&':
+				b = append(b, `\u00`...)
+				b = append(b, "0123456789abcdef"[c>>4], "0123456789abcdef"[c&0xf])
+			default:
+				b = append(b, c)
+			}
+		}
+		b = append(b, '"', ':')
+		b = strconv.AppendInt(b, m[k], 10)
+	}
+	return append(b, '}')
+}

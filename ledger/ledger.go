@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/hmac"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -384,8 +383,7 @@ func (l *Ledger) txStatePut(st *TxState) *storage.Put {
 		if m == nil {
 			return storage.Text("")
 		}
-		b, _ := json.Marshal(m) // map[string]int64 always marshals
-		return storage.Text(string(b))
+		return storage.Text(string(ageMapJSON(m)))
 	}
 	return &storage.Put{Namespace: l.ns, Table: tTxStates,
 		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},

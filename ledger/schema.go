@@ -93,11 +93,8 @@ func ensureSchema(ctx context.Context, b storage.Backend, ns string) error {
 }
 
 // versionRow and rowVersion convert between a Version and its assets row.
-func (l *Ledger) versionPut(v *Version) (*storage.Put, error) {
-	input, err := json.Marshal(v.Input)
-	if err != nil {
-		return nil, err
-	}
+func (l *Ledger) versionPut(v *Version) *storage.Put {
+	input := ageMapJSON(v.Input)
 	return &storage.Put{Namespace: l.ns, Table: tAssets,
 		Partition:  storage.Values{"id": storage.Text(v.ID)},
 		Clustering: storage.Values{"age": storage.BigInt(v.Age)},
@@ -108,7 +105,7 @@ func (l *Ledger) versionPut(v *Version) (*storage.Put, error) {
 			"key_version": storage.BigInt(int64(v.KeyVersion)), "signature": storage.Blob(v.Signature),
 			"prev_hash": storage.Blob(v.PrevHash), "hash": storage.Blob(v.Hash), "proof_sig": storage.Blob(v.ProofSignature),
 		},
-	}, nil
+	}
 }
 
 // rowReader reads the typed columns of a stored row. Storage enforces

@@ -460,23 +460,33 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 	for _, v := range p.Clustering {
 		total += v.Size()
 	}
-	for _, name := range sortedNames(p.Values) {
-		total += p.Values[name].Size()
-		typ, role, ok := t.Lookup(name)
-		if !ok {
-			return t.fail(ErrUnknownColumn, op, name, "")
+	// Map order first, without sorting; a put that fails is checked again
+	// in name order, so that the error names the same column every time.
+	for name, v := range p.Values {
+		if t.checkPutValue(op, name, v, lim) != nil {
+			for _, name := range sortedNames(p.Values) {
+				if err := t.checkPutValue(op, name, p.Values[name], lim); err != nil {
+					return err
+				}
+			}
 		}
-		if role != RoleValue {
-			return t.fail(ErrInvalidArgument, op, name, "key columns go in Partition and Clustering, not Values")
-		}
-		if err := t.checkValue(op, name, typ, p.Values[name], lim); err != nil {
-			return err
-		}
+		total += v.Size()
 	}
 	if total > lim.MaxWriteSize {
 		return t.fail(ErrTooLarge, op, "", fmt.Sprintf("put of %d bytes, limit %d", total, lim.MaxWriteSize))
 	}
 	return t.checkCondition(op, p.Condition, lim)
+}
+
+func (t *Table) checkPutValue(op, name string, v Value, lim Limits) error {
+	typ, role, ok := t.Lookup(name)
+	if !ok {
+		return t.fail(ErrUnknownColumn, op, name, "")
+	}
+	if role != RoleValue {
+		return t.fail(ErrInvalidArgument, op, name, "key columns go in Partition and Clustering, not Values")
+	}
+	return t.checkValue(op, name, typ, v, lim)
 }
 
 // CheckDelete validates a Delete.
