@@ -39,7 +39,8 @@ clients each wait for durability before their next transaction, as a server's cl
 latency is begin-to-durable. --threads defaults to 2, or to 0 when --sync-clients is set.
 
 Unless --baseline=false, each --log=wal run is followed by the same run with --log=none, the
-engine without logging, printed beside it. --runs repeats both and prints the median.
+engine without logging, printed beside it. --runs repeats both and prints the median run by
+throughput, whole (its latencies too); for an even --runs, the faster of the two middle runs.
 
 --recovery checkpoints after the load and, after the run, closes the engine and times reopening it:
 loading the checkpoint and replaying the run's log.`,
@@ -136,7 +137,7 @@ loading the checkpoint and replaying the run's log.`,
 	f.DurationVar(&cfg.Epoch, "epoch", 40*time.Millisecond, "epoch interval")
 	f.DurationVar(&cfg.Duration, "duration", 20*time.Second, "measured time per run")
 	f.StringVar(&cfg.Dir, "dir", "", "parent directory of the data (default: the temp dir)")
-	f.IntVar(&runs, "runs", 1, "repetitions; the median is printed")
+	f.IntVar(&runs, "runs", 1, "repetitions; the median run is printed (odd counts give a true median)")
 	f.BoolVar(&baseline, "baseline", true, "also run --log=none in the same invocation")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&cfg.Recovery, "recovery", false, "checkpoint after the load, then time recovery (checkpoint plus the run's log) after the run")
