@@ -33,14 +33,7 @@ func TestCatalogRenamedButNotSynced(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	tb := &storage.Table{Namespace: "t", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
-	if err := db.CreateNamespace(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
+	createKV(t, db, "t", storage.TypeBigInt)
 	put := func(k int64) error {
 		return db.Put(ctx, &storage.Put{Namespace: "t", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)},
 			Values: storage.Values{"v": storage.BigInt(k)}})

@@ -23,14 +23,7 @@ func TestMarkNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := &storage.Table{Namespace: "m", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
-	if err := db.CreateNamespace(ctx, "m"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
+	createKV(t, db, "m", storage.TypeBigInt)
 	put := func(k int64) {
 		t.Helper()
 		if err := db.Put(ctx, &storage.Put{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)},

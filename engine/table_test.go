@@ -10,6 +10,20 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
+// createKV creates namespace ns holding table t: partition key k BIGINT,
+// one value column v of type vt.
+func createKV(t *testing.T, db *DB, ns string, vt storage.DataType) {
+	t.Helper()
+	ctx := t.Context()
+	if err := db.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(ctx, &storage.Table{Namespace: ns, Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
+		Columns: []storage.Column{{Name: "v", Type: vt}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func textTable() *table {
 	return newTable(1, &storage.Table{Namespace: "n", Name: "t",
 		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}}})

@@ -28,14 +28,7 @@ func TestThrottleBoundsPendingLog(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	tb := &storage.Table{Namespace: "t", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}}}
-	if err := db.CreateNamespace(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(ctx, tb); err != nil {
-		t.Fatal(err)
-	}
+	createKV(t, db, "t", storage.TypeBlob)
 	h, err := db.Table("t", "t")
 	if err != nil {
 		t.Fatal(err)
