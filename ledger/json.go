@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -379,7 +378,9 @@ func toStarlark(v any) (starlark.Value, error) {
 		return starlark.NewList(elems), nil
 	case map[string]any:
 		d := starlark.NewDict(len(t))
-		for _, k := range sortedKeys(t) {
+		// Byte order; canonical JSON re-sorts by UTF-16 code units anyway, this
+		// only makes dict insertion order independent of map iteration.
+		for _, k := range appendSortedKeys(nil, t) {
 			sv, err := toStarlark(t[k])
 			if err != nil {
 				return nil, err
@@ -451,12 +452,6 @@ func seqFromStarlark(s starlark.Indexable, depth int) (any, error) {
 		out[i] = e
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	// Byte order; canonical JSON re-sorts by UTF-16 code units anyway, this
-	// only makes dict insertion order independent of map iteration.
-	return slices.Sorted(maps.Keys(m))
 }
 
 // appendSortedKeys appends m's keys to buf in byte order. Given a buffer
