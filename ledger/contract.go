@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,6 +151,9 @@ func (c *Context) Put(id string, value []byte) error {
 	canon, err := Canonical(value, ErrBadValue)
 	if err != nil {
 		return err
+	}
+	if len(canon) > 0 && &canon[0] == &value[0] {
+		canon = bytes.Clone(canon) // the write outlives the caller's buffer
 	}
 	return c.putCanonical(id, canon)
 }

@@ -202,9 +202,7 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 	res.Signature = sig
 	st := &TxState{Nonce: req.Nonce, Status: TxCommitted, Contract: req.ContractID, Result: result, Writes: writes,
 		Input: s.input, Signature: sig}
-	put := s.l.txStatePut(st)
-	put.Condition = nil // read absent above, in this transaction
-	if err := s.tx.Put(s.ctx, put); err != nil {
+	if err := s.tx.Put(s.ctx, s.l.txStatePut(st)); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -89,7 +89,7 @@ func canonicalValue(b []byte, i, depth int) (int, bool) {
 				if i, ok = canonicalString(b, i); !ok || i >= len(b) || b[i] != ':' {
 					return i, false
 				}
-				key := b[start:i]
+				key := b[start+1 : i-1] // without the quotes: "a" sorts before "a!"
 				if prev != nil && bytes.Compare(prev, key) >= 0 {
 					return i, false
 				}
@@ -466,8 +466,8 @@ func appendSortedKeys[V any](buf []string, m map[string]V) []string {
 
 // ageMapJSON encodes an id → age map exactly as encoding/json does (keys
 // in byte order, '<', '>' and '&' escaped as \u003c, \u003e, \u0026),
-// without reflection. Asset ids are printable ASCII; a map holding any
-// other key goes through encoding/json.
+// without reflection. Asset ids are printable ASCII (checkAssetID); the
+// encoding/json branch only guards against a key that slipped past it.
 func ageMapJSON(m map[string]int64) []byte {
 	var kb [8]string
 	keys := appendSortedKeys(kb[:0], m)

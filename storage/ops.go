@@ -464,11 +464,7 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 	// in name order, so that the error names the same column every time.
 	for name, v := range p.Values {
 		if t.checkPutValue(op, name, v, lim) != nil {
-			for _, name := range sortedNames(p.Values) {
-				if err := t.checkPutValue(op, name, p.Values[name], lim); err != nil {
-					return err
-				}
-			}
+			return t.firstBadValue(op, p.Values, lim)
 		}
 		total += v.Size()
 	}
@@ -476,6 +472,17 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 		return t.fail(ErrTooLarge, op, "", fmt.Sprintf("put of %d bytes, limit %d", total, lim.MaxWriteSize))
 	}
 	return t.checkCondition(op, p.Condition, lim)
+}
+
+// firstBadValue returns the error of the first bad column of vs in name
+// order.
+func (t *Table) firstBadValue(op string, vs Values, lim Limits) error {
+	for _, name := range sortedNames(vs) {
+		if err := t.checkPutValue(op, name, vs[name], lim); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *Table) checkPutValue(op, name string, v Value, lim Limits) error {
