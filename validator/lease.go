@@ -18,8 +18,9 @@ import (
 // one at a time, whichever processes start them.
 var ErrValidationRunning = errors.New("validator: another validation holds this Validator database")
 
-// ErrLeaseLost means a validation could not renew its lease (another took
-// it over after it expired) and stopped before persisting anything more.
+// ErrLeaseLost means a validation lost its lease (another took it over, or
+// it could not renew it before it expired) and stopped before persisting
+// anything more.
 var ErrLeaseLost = errors.New("validator: the validation lease was lost")
 
 // DefaultLeaseTTL is Config.LeaseTTL's default.
@@ -27,8 +28,8 @@ const DefaultLeaseTTL = 2 * time.Minute
 
 const leaseRow = "validation_lease"
 
-// lease is the meta row's value. Its text is compared whole, so a renewal
-// or a release succeeds only from the exact value its holder wrote.
+// lease is the meta row's value. A renewal or a release is conditioned on
+// the whole text its holder last wrote; the fence needs only the holder.
 type lease struct {
 	Holder string `json:"holder"`
 	Until  int64  `json:"until_unix_micros"`
@@ -40,6 +41,7 @@ type heldLease struct {
 	holder string
 	mu     sync.Mutex
 	value  string // the text last written
+	until  int64  // its expiry, Unix microseconds
 	stop   chan struct{}
 	done   chan struct{}
 	cancel context.CancelCauseFunc
@@ -91,11 +93,12 @@ func (v *Validator) acquireLease(ctx context.Context) (*heldLease, context.Conte
 
 // write puts a fresh lease of h under cond.
 func (h *heldLease) write(ctx context.Context, cond *storage.Condition) error {
-	b, _ := json.Marshal(lease{Holder: h.holder, Until: h.v.cfg.Now().Add(h.v.cfg.LeaseTTL).UnixMicro()})
+	l := lease{Holder: h.holder, Until: h.v.cfg.Now().Add(h.v.cfg.LeaseTTL).UnixMicro()}
+	b, _ := json.Marshal(l)
 	err := h.v.db.Put(ctx, &storage.Put{Namespace: h.v.ns, Table: tMeta, Partition: h.v.leaseKey(),
 		Values: storage.Values{"value": storage.Text(string(b))}, Condition: cond})
 	if err == nil {
-		h.value = string(b)
+		h.value, h.until = string(b), l.Until
 	}
 	return err
 }
@@ -114,41 +117,35 @@ func (h *heldLease) renew(ctx context.Context) {
 		}
 		h.mu.Lock()
 		err := h.write(ctx, storage.If(storage.Eq("value", storage.Text(h.value))))
+		expired := h.v.cfg.Now().UnixMicro() >= h.until
 		h.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
+		// Only a changed row means another holder; any other failure is
+		// tried again at the next tick while the lease written last lasts.
+		if err != nil && ctx.Err() == nil && (errors.Is(err, storage.ErrConditionNotMet) || expired) {
 			h.cancel(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 			return
 		}
 	}
 }
 
-// check fails if the lease was lost; Validate calls it before persisting.
-func (h *heldLease) check(ctx context.Context) error {
-	if cause := context.Cause(ctx); cause != nil {
-		return cause
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err := h.write(ctx, storage.If(storage.Eq("value", storage.Text(h.value)))); err != nil {
-		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
-	}
-	return nil
-}
-
-// fence fails the transaction tx unless the lease row still holds the
-// value h last wrote. Reading the row inside each persisting transaction
-// makes the lease a fence, not only a lock: a holder that stalled past its
-// expiry after check, and was taken over, commits nothing more, because
-// the takeover's write and this read cannot both serialize first.
+// fence fails the transaction tx unless the lease row still names h as its
+// holder. Reading the row inside each persisting transaction makes the
+// lease a fence, not only a lock: a holder that stalled past its expiry
+// and was taken over commits nothing more, because the takeover's write
+// and this read cannot both serialize first. A renewal changes only the
+// expiry, so it never fails the fence.
 func (h *heldLease) fence(ctx context.Context, tx storage.Txn) error {
-	h.mu.Lock()
-	want := h.value
-	h.mu.Unlock()
 	row, ok, err := tx.Get(ctx, &storage.Get{Namespace: h.v.ns, Table: tMeta, Partition: h.v.leaseKey()})
 	if err != nil {
 		return err
 	}
-	if !ok || row["value"].IsNull() || row["value"].AsText() != want {
+	var cur lease
+	if ok && !row["value"].IsNull() {
+		if err := json.Unmarshal([]byte(row["value"].AsText()), &cur); err != nil {
+			return fmt.Errorf("validator: the validation lease row holds %q: %w", row["value"].AsText(), err)
+		}
+	}
+	if cur.Holder != h.holder {
 		return fmt.Errorf("%w: another validation took it over", ErrLeaseLost)
 	}
 	return nil

@@ -81,8 +81,8 @@ func TestValidationLease(t *testing.T) {
 		Values: storage.Values{"value": storage.Text(string(other))}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.check(hctx); !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("check after a takeover: %v, want ErrLeaseLost", err)
+	if err := storage.Update(hctx, db, func(tx storage.Txn) error { return h.fence(hctx, tx) }); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the fence after a takeover: %v, want ErrLeaseLost", err)
 	}
 	if err := h.release(hctx); err != nil {
 		t.Fatal(err)
