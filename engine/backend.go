@@ -27,11 +27,13 @@ func (db *DB) usable(op string) error {
 
 // Begin starts a transaction. Reads and writes run without locks; Commit
 // validates and installs them (Silo) and returns once they are durable.
-func (db *DB) Begin(ctx context.Context) (storage.Txn, error) {
+func (db *DB) Begin(ctx context.Context) (storage.Txn, error) { return db.begin(false) }
+
+func (db *DB) begin(unsynced bool) (storage.Txn, error) {
 	if err := db.usable("begin"); err != nil {
 		return nil, err
 	}
-	return &Txn{db: db, x: tx{db: db}}, nil
+	return &Txn{db: db, x: tx{db: db}, unsynced: unsynced}, nil
 }
 
 // Txn is a transaction of the storage API.
@@ -483,12 +485,7 @@ func (db *DB) Unsynced() storage.Store { return unsyncedView{db} }
 
 type unsyncedView struct{ db *DB }
 
-func (u unsyncedView) Begin(ctx context.Context) (storage.Txn, error) {
-	if err := u.db.usable("begin"); err != nil {
-		return nil, err
-	}
-	return &Txn{db: u.db, x: tx{db: u.db}, unsynced: true}, nil
-}
+func (u unsyncedView) Begin(ctx context.Context) (storage.Txn, error) { return u.db.begin(true) }
 
 func (u unsyncedView) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
 	return u.db.get(ctx, g, false)

@@ -280,8 +280,12 @@ func (db *DB) trimVoid(cs uint64) {
 	}
 	old := db.cat.mu.void
 	db.cat.mu.void = kept
-	if err := db.saveCatalogOrUndo(func() { db.cat.mu.void = old }); err != nil {
-		// Keeping ranges a checkpoint made moot is harmless; next time.
+	// Not saveCatalogOrUndo: a catalog renamed into place but not synced
+	// fails a DDL, but here either catalog on disk, with the ranges or
+	// without, is safe, so a failed save only keeps the ranges till next
+	// time.
+	if err := db.saveCatalogLocked(); err != nil {
+		db.cat.mu.void = old
 		db.cfg.Logf("engine: trimming void epochs from the catalog: %v", err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/wal"
 )
 
 // TestThrottleBoundsPendingLog: committers that do not wait for
@@ -20,7 +20,7 @@ import (
 // check can add, and the limit is reached (the throttle did engage).
 func TestThrottleBoundsPendingLog(t *testing.T) {
 	const bufSize, limit, workers = 4 << 10, 16 << 10, 4
-	fs := vfsutil.SyncHookFS(vfs.NewMem(), func(bool) { time.Sleep(5 * time.Millisecond) })
+	fs := wal.DelaySyncFS(vfs.NewMem(), 5*time.Millisecond)
 	db, err := Open(Config{Dir: "/db", FS: fs, Workers: workers, LogBufferSize: bufSize, MaxLogPending: limit,
 		EpochInterval: time.Millisecond, CheckpointInterval: -1})
 	if err != nil {
