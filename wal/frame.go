@@ -44,14 +44,13 @@ var (
 	errZero      = errors.New("zero header: free space")
 	errShort     = errors.New("frame runs past the end of the data")
 	errBadType   = errors.New("unknown record type")
-	errBadLength = errors.New("length over the limit")
 	errChecksum  = errors.New("checksum mismatch")
 )
 
-// decodeFrame decodes the frame at the start of b. maxPayload bounds the
-// length field. It returns the record's index, its payload (a sub-slice of
-// b) and the frame's size. It never panics, whatever b holds.
-func decodeFrame(b []byte, maxPayload int) (index uint64, payload []byte, n int, err error) {
+// decodeFrame decodes the frame at the start of b. It returns the record's
+// index, its payload (a sub-slice of b) and the frame's size. It never
+// panics, whatever b holds.
+func decodeFrame(b []byte) (index uint64, payload []byte, n int, err error) {
 	if len(b) < headerSize {
 		if allZero(b) {
 			return 0, nil, 0, errZero
@@ -65,13 +64,10 @@ func decodeFrame(b []byte, maxPayload int) (index uint64, payload []byte, n int,
 	if b[8] != recordFull {
 		return 0, nil, 0, errBadType
 	}
-	if uint64(length) > uint64(maxPayload) {
-		return 0, nil, 0, errBadLength
-	}
-	n = headerSize + int(length)
-	if n > len(b) {
+	if uint64(length) > uint64(len(b)-headerSize) {
 		return 0, nil, 0, errShort
 	}
+	n = headerSize + int(length)
 	if crc32.Checksum(b[4:n], castagnoli) != binary.LittleEndian.Uint32(b[0:4]) {
 		return 0, nil, 0, errChecksum
 	}

@@ -126,7 +126,7 @@ func scanSegment(buf []byte, first uint64) scanResult {
 	off := 0
 	want := first
 	for {
-		idx, _, n, err := decodeFrame(buf[off:], len(buf))
+		idx, _, n, err := decodeFrame(buf[off:])
 		if err == nil && idx != want {
 			err = fmt.Errorf("record carries index %d", idx)
 		}
@@ -183,7 +183,7 @@ func findFrame(buf []byte, from int, index uint64) int {
 		if buf[p+8] != recordFull || string(buf[p+9:p+17]) != string(key[:]) {
 			continue
 		}
-		if idx, _, _, err := decodeFrame(buf[p:], len(buf)); err == nil && idx == index {
+		if idx, _, _, err := decodeFrame(buf[p:]); err == nil && idx == index {
 			return p
 		}
 	}
@@ -226,7 +226,7 @@ func writeZeros(f vfs.File, from, to int64) error {
 func walkFrames(buf []byte, name string, first, last uint64, fn func(index uint64, payload []byte, off int) error) (int, error) {
 	off := 0
 	for idx := first; idx <= last; idx++ {
-		got, payload, n, err := decodeFrame(buf[off:], len(buf))
+		got, payload, n, err := decodeFrame(buf[off:])
 		if err == nil && got != idx {
 			err = fmt.Errorf("record carries index %d", got)
 		}

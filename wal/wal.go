@@ -452,14 +452,20 @@ func (l *Log) appendLocked(payload []byte, rest int) {
 // than the syncer, which then fails the pending round and stops.
 func (l *Log) failFromOutside(err error) error {
 	l.mu.Lock()
-	if l.mu.failed == nil {
-		l.mu.failed = fmt.Errorf("%w: %w", ErrFailed, err)
-	}
-	ferr := l.mu.failed
-	l.mu.cond.Broadcast()
+	ferr := l.setFailedLocked(err)
 	l.mu.Unlock()
 	l.nudge()
 	return ferr
+}
+
+// setFailedLocked records err as the log's failure unless one is recorded
+// already, wakes every waiter, and returns the failure recorded.
+func (l *Log) setFailedLocked(err error) error {
+	if l.mu.failed == nil {
+		l.mu.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	l.mu.cond.Broadcast()
+	return l.mu.failed
 }
 
 func (l *Log) nudge() {
@@ -687,14 +693,10 @@ func (l *Log) writeChunks(chunks []chunk) error {
 // error. Nothing is retried.
 func (l *Log) fail(err error, r *round, forced []chan error) {
 	l.mu.Lock()
-	if l.mu.failed == nil {
-		l.mu.failed = fmt.Errorf("%w: %w", ErrFailed, err)
-	}
-	ferr := l.mu.failed
+	ferr := l.setFailedLocked(err)
 	next := l.mu.round
 	forced = append(forced, l.mu.forced...)
 	l.mu.forced = nil
-	l.mu.cond.Broadcast()
 	l.mu.Unlock()
 	r.err, next.err = ferr, ferr
 	close(r.done)
