@@ -66,7 +66,6 @@ func TestSleeperInterrupt(t *testing.T) {
 	if d := time.Since(start); d < 2*time.Millisecond || s.woken.Load() != 2 {
 		t.Fatalf("a plain sleep lasted %v, woken %d", d, s.woken.Load())
 	}
-	s.close()
 }
 
 // A Count log whose threshold is reached while the syncer sleeps out the
