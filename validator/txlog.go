@@ -116,6 +116,9 @@ func rowTx(nonce string, row storage.Row) (*Tx, error) {
 	t.Receipt = ledger.Receipt{Nonce: nonce, Contract: t.Request.ContractID, Result: []byte(row["result"].AsText()),
 		Signature: row["receipt_sig"].AsBlob()}
 	for col, m := range map[string]*map[string]int64{"input": &t.Receipt.Input, "writes": &t.Receipt.Writes} {
+		if row[col].AsText() == "" {
+			continue // an empty map, as rows logged before encMap wrote null hold it
+		}
 		if err := json.Unmarshal([]byte(row[col].AsText()), m); err != nil {
 			return nil, fmt.Errorf("validator: logged transaction %s: %s: %w", nonce, col, err)
 		}
