@@ -41,10 +41,10 @@ func appendFrame(dst []byte, index uint64, payload []byte) []byte {
 // Errors of decodeFrame. They are internal: recovery turns them into a torn
 // tail or a *CorruptionError.
 var (
-	errZero      = errors.New("zero header: free space")
-	errShort     = errors.New("frame runs past the end of the data")
-	errBadType   = errors.New("unknown record type")
-	errChecksum  = errors.New("checksum mismatch")
+	errZero     = errors.New("zero header: free space")
+	errShort    = errors.New("frame runs past the end of the data")
+	errBadType  = errors.New("unknown record type")
+	errChecksum = errors.New("checksum mismatch")
 )
 
 // decodeFrame decodes the frame at the start of b. It returns the record's
