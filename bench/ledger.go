@@ -25,6 +25,9 @@ type LedgerConfig struct {
 	LoadBatch int           // assets per bulk-load transaction; 0 = 200
 	Loaders   int           // concurrent bulk-load requests; 0 = 4
 	Seed      uint64
+	// CPU, if set, is the clock of the CPU time that serving the calls
+	// costs (CPUClock); each point then reports CPU time per call.
+	CPU func() (time.Duration, error)
 }
 
 func (c *LedgerConfig) validate() error {
@@ -68,6 +71,9 @@ type LedgerPoint struct {
 	// and client with the same threads — one authenticated-free round trip
 	// with one storage read, the most this path can carry.
 	FloorRPS float64 `json:"floor_rpc_per_s"`
+	// CPUMicros is CPU time per call, in µs, when LedgerConfig.CPU is set:
+	// clients, server and Validator together, whichever the clock covers.
+	CPUMicros float64 `json:"cpu_us_per_tx,omitempty"`
 }
 
 // LedgerLoad is how the database was loaded.
@@ -235,6 +241,13 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	var txs, errs atomic.Int64
 	var fatal error
 	var wg sync.WaitGroup
+	var cpu0 time.Duration
+	if cfg.CPU != nil {
+		var err error
+		if cpu0, err = cfg.CPU(); err != nil {
+			return LedgerPoint{}, err
+		}
+	}
 	start := time.Now()
 	for t := range threads {
 		wg.Add(1)
@@ -283,6 +296,14 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	if txs.Load() == 0 && fatal != nil {
 		return LedgerPoint{}, fmt.Errorf("bench: every call failed; the first: %w", fatal)
 	}
-	return LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
-		Latency: latencyOf(hist)}, nil
+	p := LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
+		Latency: latencyOf(hist)}
+	if cfg.CPU != nil && p.Txs > 0 {
+		cpu1, err := cfg.CPU()
+		if err != nil {
+			return LedgerPoint{}, err
+		}
+		p.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(p.Txs)
+	}
+	return p, nil
 }

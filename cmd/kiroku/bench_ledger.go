@@ -69,11 +69,12 @@ round trips/s through the same client and server (no signature, one storage read
 			if split && serverAddr != "" {
 				return errors.New("--split starts its own server; it cannot be used with --server")
 			}
-			c, proofKey, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
+			c, proofKey, cpu, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer cleanup()
+			cfg.CPU = cpu
 			var exec bench.Executor = c
 			switch validatorMode {
 			case "on":
@@ -105,8 +106,8 @@ round trips/s through the same client and server (no signature, one storage read
 				defer stopProfile()
 			}
 			points, err := bench.RunLedger(ctx, c, exec, cfg, func(p bench.LedgerPoint) {
-				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, floor %.0f rpc/s\n",
-					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.FloorRPS)
+				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, floor %.0f rpc/s\n",
+					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), p.FloorRPS)
 				if p.Off != nil {
 					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000)
 				}
@@ -131,18 +132,18 @@ round trips/s through the same client and server (no signature, one storage read
 				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, cfg.Duration)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			if validatorMode == "on" {
-				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\toff tx/s\toff p50 ms\toff p99 ms\tlogging cost\tfloor rpc/s\t\n")
+				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\tlogging cost\tfloor rpc/s\t\n")
 				for _, p := range points {
-					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t%.2f\t%.2f\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
-						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, p.Off.TPS,
-						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, 100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
+					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
+						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), p.Off.TPS,
+						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), 100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
 				}
 				return tw.Flush()
 			}
-			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tfloor rpc/s (baseline)\t")
+			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tfloor rpc/s (baseline)\t")
 			for _, p := range points {
-				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%.0f\t\n", p.Threads, p.TPS,
-					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, p.FloorRPS)
+				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%.0f\t\n", p.Threads, p.TPS,
+					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), p.FloorRPS)
 			}
 			return tw.Flush()
 		},
@@ -168,6 +169,15 @@ round trips/s through the same client and server (no signature, one storage read
 	f.BoolVar(&split, "split", false, "start the server as a child process pinned to one CPU, and run the clients (and Validator) on the others")
 	vf.add(cmd)
 	return cmd
+}
+
+// cpuCell is a table cell for CPU µs per call: "-" when not measured
+// (a --server run, whose server's CPU this process cannot see).
+func cpuCell(us float64) string {
+	if us == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(us, 'f', 0, 64)
 }
 
 // benchValidator opens a Validator over c, on a temporary engine database
@@ -201,24 +211,25 @@ func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, p
 // given scheme, on a server it starts or on --server, and for a server it
 // started its proof verifier (an HMAC proof key cannot be fetched). With
 // split the server is a child process on a CPU of its own (splitServer);
-// otherwise it runs in this process.
-func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, _ func(), _ error) {
+// otherwise it runs in this process. cpu is the clock of this process's
+// CPU time and that of a server it started, nil with --server.
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, cpu func() (time.Duration, error), _ func(), _ error) {
 	cleanup := func() {}
 	var cfg client.Config
 	if addr != "" {
 		if configFile == "" {
-			return nil, nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
+			return nil, nil, nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
 		}
 		var err error
 		if cfg, err = client.LoadConfig(configFile); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		cfg.Server = addr
 	} else {
 		if dataDir == "" {
 			tmp, err := os.MkdirTemp("", "kiroku-bench-ledger-*")
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			dataDir = tmp
 			cleanup = func() { os.RemoveAll(tmp) }
@@ -232,25 +243,27 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			var err error
 			if proofKey, err = server.LoadProofVerifier(dataDir, scheme); err != nil {
 				cleanup()
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
-			stop, err := splitServer(ctx, &o, errw)
+			stop, pid, err := splitServer(ctx, &o, errw)
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
+			cpu = bench.CPUClock(pid)
 			rm := cleanup
 			cleanup = func() { stop(); rm() }
 		} else {
 			srv, err := server.Start(ctx, o)
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			rm := cleanup
 			cleanup = func() { srv.Stop(5 * time.Second); rm() }
 			proofKey = srv.ProofVerifier
 			o.Listen = srv.Addr()
+			cpu = bench.CPUClock()
 		}
 		cfg = client.Config{Server: o.Listen, AdminToken: o.AdminToken}
 		suffix := make([]byte, 4)
@@ -264,14 +277,14 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			cfg.PrivateKeyPEM, cfg.CertificatePEM, err = auth.GenerateIdentity(cfg.Entity, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 		}
 	}
 	c, err := client.Dial(cfg)
 	if err != nil {
 		cleanup()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if cfg.AdminToken != "" {
 		if scheme == auth.SchemeHMAC {
@@ -282,11 +295,11 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 		if err != nil && !errors.Is(err, ledger.ErrIdentityExists) {
 			c.Close()
 			cleanup()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 	rm := cleanup
-	return c, proofKey, func() { c.Close(); rm() }, nil
+	return c, proofKey, cpu, func() { c.Close(); rm() }, nil
 }
 
 // splitServer starts the ledger server of o as a child process ("kiroku
@@ -294,25 +307,25 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 // process, its clients and any Validator to the others: the shape of a
 // deployment, where the ledger and its clients do not share cores. It sets
 // o.Listen to the child's address and returns once the child accepts
-// connections; stop ends the child with SIGTERM (SIGKILL after 15 s) and
-// gives this process its CPUs back.
-func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop func(), err error) {
+// connections, with the child's pid; stop ends the child with SIGTERM
+// (SIGKILL after 15 s) and gives this process its CPUs back.
+func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop func(), pid int, err error) {
 	cpus, err := cpuset.Allowed()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(cpus) < 2 {
-		return nil, fmt.Errorf("--split needs at least 2 CPUs; this process may use %d", len(cpus))
+		return nil, 0, fmt.Errorf("--split needs at least 2 CPUs; this process may use %d", len(cpus))
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	o.Listen = l.Addr().String()
 	l.Close()
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	cmd := exec.Command(exe, "server", "--data-dir", o.DataDir, "--listen", o.Listen, "--backend", o.Backend,
 		"--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
@@ -324,7 +337,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	// If this process dies without stopping it, the kernel stops the child.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the ledger server: %w", err)
+		return nil, 0, fmt.Errorf("starting the ledger server: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -340,7 +353,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	}
 	if err := cpuset.Pin(cpus[1:]); err != nil {
 		stop()
-		return nil, err
+		return nil, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -349,20 +362,20 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 			conn.Close()
 			fmt.Fprintf(errw, "ledger server: pid %d on CPU %d at %s; clients on CPUs %s\n",
 				cmd.Process.Pid, cpus[0], o.Listen, cpuset.Format(cpus[1:]))
-			return stop, nil
+			return stop, cmd.Process.Pid, nil
 		}
 		select {
 		case err := <-exited:
 			cpuset.Pin(cpus)
-			return nil, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
+			return nil, 0, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
 		case <-ctx.Done():
 			stop()
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, fmt.Errorf("the ledger server did not accept connections at %s within 30 s", o.Listen)
+			return nil, 0, fmt.Errorf("the ledger server did not accept connections at %s within 30 s", o.Listen)
 		}
 	}
 }

@@ -27,6 +27,9 @@ type proxy struct {
 	dropReplies atomic.Bool
 	// delay holds back every reply from the server by this long.
 	delay atomic.Int64 // time.Duration
+	// replies counts the reads that brought the proxy bytes from the
+	// server: on an idle connection, one per round trip.
+	replies atomic.Int64
 	mu    sync.Mutex
 	conns []net.Conn
 }
@@ -60,6 +63,9 @@ func newProxy(t *testing.T, target string) *proxy {
 					n, err := s.Read(buf)
 					if n > 0 && p.dropReplies.Load() {
 						return
+					}
+					if n > 0 {
+						p.replies.Add(1)
 					}
 					time.Sleep(time.Duration(p.delay.Load()))
 					if n > 0 {
@@ -204,12 +210,16 @@ func TestConnectionErrorsAreTyped(t *testing.T) {
 func TestCommitOutcomeUnknown(t *testing.T) {
 	ctx := context.Background()
 	const ns = "commitunknown"
-	direct, b, p := viaProxy(t, ns, 0)
+	direct, b, p := viaProxy(t, ns, 1)
+	// The transaction's statements travel with its COMMIT in one round
+	// trip once the connection has them prepared: a transaction of the
+	// same shape prepares them, so the lost reply is the COMMIT's.
+	preparedTxn(t, b, ns, 4)
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}}); err != nil {
+	if err := tx.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}, Values: storage.Values{"v": storage.BigInt(5)}}); err != nil {
 		t.Fatal(err)
 	}
 	p.dropReplies.Store(true)
@@ -220,6 +230,61 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	}
 	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(5)}}); err != nil || !ok {
 		t.Fatalf("the commit did happen, yet the row is not there (ok=%v, err=%v)", ok, err)
+	}
+}
+
+// TestTxnRoundTrips: a transaction sends BEGIN with its first statement
+// and its unconditional writes with the next statement that needs an
+// answer, or with COMMIT. Put, Get, Put, Commit is then two round trips,
+// not five, and the Get still reads the transaction's own Put.
+func TestTxnRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	const ns = "roundtrips"
+	direct, b, p := viaProxy(t, ns, 1)
+	put := func(k int64) *storage.Put {
+		return &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(k)}}
+	}
+	run := func() (trips int64) {
+		before := p.replies.Load()
+		tx, err := b.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Put(ctx, put(7)); err != nil {
+			t.Fatal(err)
+		}
+		row, ok, err := tx.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(7)}})
+		if err != nil || !ok || row["v"].AsBigInt() != 7 {
+			t.Fatalf("the transaction does not read its own queued put: %v, %v, %v", row, ok, err)
+		}
+		if err := tx.Put(ctx, put(8)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return p.replies.Load() - before
+	}
+	run() // prepares the statements on the one connection
+	if n := run(); n > 2 {
+		t.Errorf("put, get, put, commit took %d round trips, want 2", n)
+	}
+	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(8)}}); err != nil || !ok {
+		t.Fatalf("the put sent with COMMIT is not there: %v, %v", ok, err)
+	}
+}
+
+// preparedTxn commits a transaction that puts key k in ns.t on b, so that
+// b's connection has the statements of such a transaction prepared: the
+// next one sends BEGIN, its write and COMMIT in a single round trip.
+func preparedTxn(t *testing.T, b storage.Backend, ns string, k int64) {
+	t.Helper()
+	ctx := context.Background()
+	err := storage.Update(ctx, b, func(tx storage.Txn) error {
+		return tx.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(k)}})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -257,6 +322,7 @@ func TestCommitDeadline(t *testing.T) {
 		return err
 	}
 
+	preparedTxn(t, b, ns, 100)
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -262,32 +263,58 @@ func (r *pgRows) Close() error {
 }
 
 // Begin implements storage.Backend: a SERIALIZABLE PostgreSQL transaction.
+// It takes a connection from the pool and sends nothing yet: BEGIN travels
+// with the transaction's first statement.
 func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 	if err := b.checkOpen("begin"); err != nil {
 		return nil, err
 	}
-	tx, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: b.iso})
+	c, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, mapErr("begin", "", "", err, false)
 	}
-	return &txn{b: b, tx: tx}, nil
+	return &txn{b: b, conn: c}, nil
 }
 
-// txn runs each operation directly in the PostgreSQL transaction, which
-// gives read-your-own-writes. A server-side error aborts a PostgreSQL
-// transaction, so after one the txn is finished; a validation error or a
-// failed condition is found before anything is sent and leaves it usable.
+// txn runs its operations in one PostgreSQL transaction on a connection it
+// holds until it ends, and saves round trips by pipelining:
+//
+//   - BEGIN is sent with the first statement, not on its own;
+//   - an unconditional Put or Delete, whose only answer is success, is
+//     queued and sent with the next statement that needs an answer (a
+//     read, a conditional write) or with COMMIT.
+//
+// A ledger transaction that reads a nonce and an asset and writes three
+// rows then costs three round trips rather than seven. Reads still see the
+// transaction's own writes, since the queue goes first. A queued write the
+// server refuses (a serialization failure, a table dropped meanwhile)
+// reports its error, naming the write, from the call that sent it; the
+// request itself was checked against the schema before it was queued.
+//
+// A server-side error aborts a PostgreSQL transaction, so after one the
+// txn is finished; a validation error or a failed condition is found before
+// anything is sent and leaves it usable.
 type txn struct {
-	b    *Backend
-	tx   pgx.Tx
-	done bool
+	b      *Backend
+	conn   *pgxpool.Conn // nil once the txn has ended
+	begun  bool          // BEGIN has been sent
+	queued []queuedWrite
+	done   bool
+}
+
+// queuedWrite is an unconditional write not yet sent.
+type queuedWrite struct {
+	op   string
+	t    *relTable
+	sql  string
+	args []any
 }
 
 func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error) {
 	if x.done {
 		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
 	}
-	t, err := x.b.tableVia(ctx, x.tx, op, ns, name)
+	t, err := x.b.tableVia(ctx, x, op, ns, name)
 	if se := (*storage.Error)(nil); err != nil && (!errors.As(err, &se) || se.Cause != nil) {
 		// The lookup itself failed on the server, which aborts the transaction.
 		return nil, x.end(ctx, err)
@@ -298,10 +325,125 @@ func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error)
 // end finishes the transaction after a server error and returns err.
 func (x *txn) end(ctx context.Context, err error) error {
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
-		x.done = true
-		x.tx.Rollback(context.WithoutCancel(ctx))
+		x.finish(ctx, false)
 	}
 	return err
+}
+
+// finish ends the transaction: it rolls back unless committed, and gives
+// the connection back. The pool discards a connection left inside a
+// transaction (a ROLLBACK that failed), so none is reused mid-transaction.
+func (x *txn) finish(ctx context.Context, committed bool) {
+	x.done = true
+	x.queued = nil
+	if x.conn == nil {
+		return
+	}
+	if x.begun && !committed {
+		// A failed rollback means the connection is gone, and the server
+		// rolls back on its own when it notices: nothing to report.
+		_, _ = x.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	x.conn.Release()
+	x.conn = nil
+}
+
+// send sends, in one round trip, BEGIN if it has not been sent, the queued
+// writes, and last (a statement, or "" for none), and reads the results of
+// all but last, whose result is left for the caller in br. On an error it
+// returns the first failure, mapped; mayHaveCommitted is for a batch that
+// ends in COMMIT. The caller closes br in every case.
+func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitted bool) (br pgx.BatchResults, err error) {
+	var b pgx.Batch
+	if !x.begun {
+		b.BeginTx(pgx.TxOptions{IsoLevel: x.b.iso})
+	}
+	for _, q := range x.queued {
+		b.Queue(q.sql, q.args...)
+	}
+	if last != "" {
+		b.Queue(last, args...)
+	}
+	queued := x.queued
+	x.queued = nil
+	br = x.conn.SendBatch(ctx, &b)
+	if !x.begun {
+		x.begun = true
+		if _, err := br.Exec(); err != nil {
+			// A lost connection may have lost the answer to the COMMIT
+			// at the batch's end, not only to its BEGIN.
+			op := "begin"
+			if mayHaveCommitted {
+				op = "commit"
+			}
+			return br, mapErr(op, "", "", err, mayHaveCommitted)
+		}
+	}
+	for _, q := range queued {
+		if _, err := br.Exec(); err != nil {
+			return br, x.b.mapErr(q.op, q.t, err, mayHaveCommitted)
+		}
+	}
+	return br, nil
+}
+
+// Query sends sql after what is queued; it is the querier a txn's reads
+// and schema lookups use.
+func (x *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if x.begun && len(x.queued) == 0 {
+		return x.conn.Query(ctx, sql, args...)
+	}
+	br, err := x.send(ctx, sql, args, false)
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// Exec is Query for a statement without rows.
+func (x *txn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if x.begun && len(x.queued) == 0 {
+		return x.conn.Exec(ctx, sql, args...)
+	}
+	br, err := x.send(ctx, sql, args, false)
+	if err != nil {
+		br.Close()
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// batchRows is the rows of a batch's last statement; closing them closes
+// the batch, which frees the connection.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err = r.br.Close()
+		r.br = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 func (x *txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
@@ -312,7 +454,7 @@ func (x *txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error
 	if err := t.CheckGet(g, x.b.limits); err != nil {
 		return nil, false, err
 	}
-	row, ok, err := x.b.get(ctx, x.tx, t, g)
+	row, ok, err := x.b.get(ctx, x, t, g)
 	return row, ok, x.end(ctx, err)
 }
 
@@ -325,7 +467,7 @@ func (x *txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 		return nil, err
 	}
 	sql, args, cols := scanSQL(t, s)
-	rows, err := x.tx.Query(ctx, sql, args...)
+	rows, err := x.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, x.end(ctx, x.b.mapErr("scan", t, err, false))
 	}
@@ -349,24 +491,69 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	if err := t.CheckMutation(m, x.b.limits); err != nil {
 		return err
 	}
-	return x.end(ctx, x.b.write(ctx, x.tx, false, t, m))
+	var (
+		sql  string
+		args []any
+		cond *storage.Condition
+	)
+	switch m := m.(type) {
+	case *storage.Put:
+		sql, args = putSQL(t, m)
+		cond = m.Condition
+	case *storage.Delete:
+		sql, args = deleteSQL(t, m)
+		cond = m.Condition
+	}
+	if cond == nil {
+		x.queued = append(x.queued, queuedWrite{op: op, t: t, sql: sql, args: args})
+		return nil
+	}
+	tag, err := x.Exec(ctx, sql, args...)
+	if err != nil {
+		return x.end(ctx, x.b.mapErr(op, t, err, false))
+	}
+	if tag.RowsAffected() == 0 {
+		return condFailed(op, t, "")
+	}
+	return nil
 }
 
+// Commit sends the queued writes and COMMIT in one round trip. A
+// transaction that sent nothing has nothing to commit.
 func (x *txn) Commit(ctx context.Context) error {
 	if x.done {
 		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
 	}
-	x.done = true
-	return commit(ctx, "commit", x.tx)
+	if !x.begun && len(x.queued) == 0 {
+		x.finish(ctx, true)
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		x.finish(ctx, false)
+		return fmt.Errorf("storage: commit: not sent: %w", err)
+	}
+	if x.conn.Conn().IsClosed() {
+		x.finish(ctx, false)
+		return &storage.Error{Kind: storage.ErrUnavailable, Op: "commit", Detail: "connection lost before commit; nothing was committed"}
+	}
+	br, err := x.send(ctx, "COMMIT", nil, true)
+	if err == nil {
+		_, err = br.Exec()
+		err = mapErr("commit", "", "", err, true)
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = mapErr("commit", "", "", cerr, true)
+	}
+	// After a failure in the batch the server skipped COMMIT and left the
+	// transaction aborted, or the connection is gone: either way finish
+	// rolls back what is left.
+	x.finish(ctx, err == nil)
+	return err
 }
 
 func (x *txn) Abort(ctx context.Context) error {
-	if x.done {
-		return nil
+	if !x.done {
+		x.finish(ctx, false)
 	}
-	x.done = true
-	// A failed rollback means the connection is gone, and the server rolls
-	// back on its own when it notices: nothing to report.
-	_ = x.tx.Rollback(ctx)
 	return nil
 }
