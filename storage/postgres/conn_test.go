@@ -30,8 +30,8 @@ type proxy struct {
 	// replies counts the reads that brought the proxy bytes from the
 	// server: on an idle connection, one per round trip.
 	replies atomic.Int64
-	mu    sync.Mutex
-	conns []net.Conn
+	mu      sync.Mutex
+	conns   []net.Conn
 }
 
 func newProxy(t *testing.T, target string) *proxy {
