@@ -55,6 +55,12 @@ func (b *Backend) get(ctx context.Context, q querier, t *relTable, g *storage.Ge
 	if err != nil {
 		return nil, false, b.mapErr("get", t, err, false)
 	}
+	// An error may follow the row (a serialization failure, a timeout):
+	// it fails the get, not silently the transaction.
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, false, b.mapErr("get", t, err, false)
+	}
 	row, err := toRow(t, cols, vals)
 	return row, err == nil, err
 }
@@ -325,14 +331,15 @@ func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error)
 // end finishes the transaction after a server error and returns err.
 func (x *txn) end(ctx context.Context, err error) error {
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
-		x.finish(ctx, false)
+		x.finish(context.WithoutCancel(ctx), false)
 	}
 	return err
 }
 
-// finish ends the transaction: it rolls back unless committed, and gives
-// the connection back. The pool discards a connection left inside a
-// transaction (a ROLLBACK that failed), so none is reused mid-transaction.
+// finish ends the transaction: it rolls back under ctx unless committed,
+// and gives the connection back. The pool discards a connection left
+// inside a transaction (a ROLLBACK that failed), so none is reused
+// mid-transaction.
 func (x *txn) finish(ctx context.Context, committed bool) {
 	x.done = true
 	x.queued = nil
@@ -342,7 +349,7 @@ func (x *txn) finish(ctx context.Context, committed bool) {
 	if x.begun && !committed {
 		// A failed rollback means the connection is gone, and the server
 		// rolls back on its own when it notices: nothing to report.
-		_, _ = x.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		_, _ = x.conn.Exec(ctx, "ROLLBACK")
 	}
 	x.conn.Release()
 	x.conn = nil
@@ -351,8 +358,8 @@ func (x *txn) finish(ctx context.Context, committed bool) {
 // send sends, in one round trip, BEGIN if it has not been sent, the queued
 // writes, and last (a statement, or "" for none), and reads the results of
 // all but last, whose result is left for the caller in br. On an error it
-// returns the first failure, mapped; mayHaveCommitted is for a batch that
-// ends in COMMIT. The caller closes br in every case.
+// returns the first failure (batchErr); mayHaveCommitted is for a batch
+// that ends in COMMIT. The caller closes br in every case.
 func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitted bool) (br pgx.BatchResults, err error) {
 	var b pgx.Batch
 	if !x.begun {
@@ -376,15 +383,40 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 			if mayHaveCommitted {
 				op = "commit"
 			}
-			return br, mapErr(op, "", "", err, mayHaveCommitted)
+			return br, x.batchErr(err, queued, last, queuedWrite{op: op}, mayHaveCommitted)
 		}
 	}
 	for _, q := range queued {
 		if _, err := br.Exec(); err != nil {
-			return br, x.b.mapErr(q.op, q.t, err, mayHaveCommitted)
+			return br, x.batchErr(err, queued, last, q, mayHaveCommitted)
 		}
 	}
 	return br, nil
+}
+
+// batchErr maps err, the first error read from a batch, at the result of
+// at (a queued write, or BEGIN with no table). pgx prepares the statements
+// it has not seen in a round trip of its own before the batch runs; if
+// that fails nothing ran, and the error belongs to the statement that
+// could not be prepared: a queued write (whose cached schema a dropped
+// table then leaves), or last, returned unmapped for its caller to map.
+func (x *txn) batchErr(err error, queued []queuedWrite, last string, at queuedWrite, mayHaveCommitted bool) error {
+	var pre pgx.ErrPreprocessingBatch
+	if errors.As(err, &pre) {
+		for _, q := range queued {
+			if q.sql == pre.SQL() {
+				return x.b.mapErr(q.op, q.t, err, false)
+			}
+		}
+		if last != "" && pre.SQL() == last {
+			return err
+		}
+		return mapErr(at.op, "", "", err, false)
+	}
+	if at.t == nil {
+		return mapErr(at.op, "", "", err, mayHaveCommitted)
+	}
+	return x.b.mapErr(at.op, at.t, err, mayHaveCommitted)
 }
 
 // Query sends sql after what is queued; it is the querier a txn's reads
@@ -529,7 +561,7 @@ func (x *txn) Commit(ctx context.Context) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		x.finish(ctx, false)
+		x.finish(context.WithoutCancel(ctx), false)
 		return fmt.Errorf("storage: commit: not sent: %w", err)
 	}
 	if x.conn.Conn().IsClosed() {
@@ -538,8 +570,18 @@ func (x *txn) Commit(ctx context.Context) error {
 	}
 	br, err := x.send(ctx, "COMMIT", nil, true)
 	if err == nil {
-		_, err = br.Exec()
-		err = mapErr("commit", "", "", err, true)
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		switch {
+		case err != nil:
+			err = mapErr("commit", "", "", err, true)
+		case tag.String() == "ROLLBACK":
+			// The server had aborted the transaction on an error whose
+			// report did not reach a caller (after a read's last row,
+			// say), and answered COMMIT by rolling back: nothing was
+			// committed, so a retry is safe.
+			err = &storage.Error{Kind: storage.ErrConflict, Op: "commit", Detail: "PostgreSQL rolled the transaction back: a statement in it had failed"}
+		}
 	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = mapErr("commit", "", "", cerr, true)
@@ -547,7 +589,7 @@ func (x *txn) Commit(ctx context.Context) error {
 	// After a failure in the batch the server skipped COMMIT and left the
 	// transaction aborted, or the connection is gone: either way finish
 	// rolls back what is left.
-	x.finish(ctx, err == nil)
+	x.finish(context.WithoutCancel(ctx), err == nil)
 	return err
 }
 

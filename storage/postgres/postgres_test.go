@@ -121,4 +121,22 @@ func TestSchemaReplacedByAnotherProcess(t *testing.T) {
 	if err != nil || !ok || row["v"].AsText() != "two" {
 		t.Fatalf("read back: %v %v %v", row, ok, err)
 	}
+
+	// The same in a transaction whose only statement is a write queued for
+	// COMMIT, of a shape no connection has prepared: the prepare fails on
+	// the dropped relation, nothing runs, and the retry must reload the
+	// schema rather than fail the same way until its attempts run out.
+	if err := b.DropTable(ctx, ns, "t"); err != nil {
+		t.Fatal(err)
+	}
+	mk(b, storage.TypeBigInt)
+	err = storage.Update(ctx, a, func(tx storage.Txn) error {
+		return tx.Put(ctx, &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(2)}})
+	})
+	if err != nil {
+		t.Fatalf("transaction after the table was replaced: %v", err)
+	}
+	if _, ok, err := b.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(2)}}); err != nil || !ok {
+		t.Fatalf("read back the transaction's put: %v %v", ok, err)
+	}
 }
