@@ -73,27 +73,42 @@ func condFailed(op string, t *relTable, detail string) error {
 // condition; autocommit says whether it commits on its own (q is a pooled
 // connection) or inside a transaction.
 func (b *Backend) write(ctx context.Context, q querier, autocommit bool, t *relTable, m storage.Mutation) error {
-	var (
-		op, sql string
-		args    []any
-		cond    *storage.Condition
-	)
-	switch m := m.(type) {
-	case *storage.Put:
-		op, cond = "put", m.Condition
-		sql, args = putSQL(t, m)
-	case *storage.Delete:
-		op, cond = "delete", m.Condition
-		sql, args = deleteSQL(t, m)
-	}
-	tag, err := q.Exec(ctx, sql, args...)
+	return b.runWrite(ctx, q, autocommit, writeSQL(t, m))
+}
+
+func (b *Backend) runWrite(ctx context.Context, q querier, autocommit bool, w writeStmt) error {
+	tag, err := q.Exec(ctx, w.sql, w.args...)
 	if err != nil {
-		return b.mapErr(op, t, err, autocommit)
+		return b.mapErr(w.op, w.t, err, autocommit)
 	}
-	if cond != nil && tag.RowsAffected() == 0 {
-		return condFailed(op, t, "")
+	if w.cond != nil && tag.RowsAffected() == 0 {
+		return condFailed(w.op, w.t, "")
 	}
 	return nil
+}
+
+// writeStmt is the statement of one Put or Delete on table t.
+type writeStmt struct {
+	op   string // "put" or "delete"
+	t    *relTable
+	sql  string
+	args []any
+	cond *storage.Condition
+}
+
+func writeSQL(t *relTable, m storage.Mutation) writeStmt {
+	w := writeStmt{t: t}
+	switch m := m.(type) {
+	case *storage.Put:
+		w.op, w.cond = "put", m.Condition
+		w.sql, w.args = putSQL(t, m)
+	case *storage.Delete:
+		w.op, w.cond = "delete", m.Condition
+		w.sql, w.args = deleteSQL(t, m)
+	default:
+		panic(fmt.Sprintf("postgres: mutation %T", m))
+	}
+	return w
 }
 
 // writeOne is Put and Delete: one autocommitted statement. The schema is
@@ -304,20 +319,11 @@ type txn struct {
 	b      *Backend
 	conn   *pgxpool.Conn // nil once the txn has ended
 	begun  bool          // BEGIN has been sent
-	queued []queuedWrite
-	done   bool
-}
-
-// queuedWrite is an unconditional write not yet sent.
-type queuedWrite struct {
-	op   string
-	t    *relTable
-	sql  string
-	args []any
+	queued []writeStmt   // unconditional writes not yet sent
 }
 
 func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error) {
-	if x.done {
+	if x.conn == nil {
 		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
 	}
 	t, err := x.b.tableVia(ctx, x, op, ns, name)
@@ -330,7 +336,7 @@ func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error)
 
 // end finishes the transaction after a server error and returns err.
 func (x *txn) end(ctx context.Context, err error) error {
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) && x.conn != nil {
 		x.finish(context.WithoutCancel(ctx), false)
 	}
 	return err
@@ -341,11 +347,7 @@ func (x *txn) end(ctx context.Context, err error) error {
 // inside a transaction (a ROLLBACK that failed), so none is reused
 // mid-transaction.
 func (x *txn) finish(ctx context.Context, committed bool) {
-	x.done = true
 	x.queued = nil
-	if x.conn == nil {
-		return
-	}
 	if x.begun && !committed {
 		// A failed rollback means the connection is gone, and the server
 		// rolls back on its own when it notices: nothing to report.
@@ -383,7 +385,7 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 			if mayHaveCommitted {
 				op = "commit"
 			}
-			return br, x.batchErr(err, queued, last, queuedWrite{op: op}, mayHaveCommitted)
+			return br, x.batchErr(err, queued, last, writeStmt{op: op}, mayHaveCommitted)
 		}
 	}
 	for _, q := range queued {
@@ -400,7 +402,7 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 // that fails nothing ran, and the error belongs to the statement that
 // could not be prepared: a queued write (whose cached schema a dropped
 // table then leaves), or last, returned unmapped for its caller to map.
-func (x *txn) batchErr(err error, queued []queuedWrite, last string, at queuedWrite, mayHaveCommitted bool) error {
+func (x *txn) batchErr(err error, queued []writeStmt, last string, at writeStmt, mayHaveCommitted bool) error {
 	var pre pgx.ErrPreprocessingBatch
 	if errors.As(err, &pre) {
 		for _, q := range queued {
@@ -426,11 +428,10 @@ func (x *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 		return x.conn.Query(ctx, sql, args...)
 	}
 	br, err := x.send(ctx, sql, args, false)
-	if err != nil {
-		br.Close()
-		return nil, err
+	var rows pgx.Rows
+	if err == nil {
+		rows, err = br.Query()
 	}
-	rows, err := br.Query()
 	if err != nil {
 		br.Close()
 		return nil, err
@@ -444,11 +445,10 @@ func (x *txn) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 		return x.conn.Exec(ctx, sql, args...)
 	}
 	br, err := x.send(ctx, sql, args, false)
-	if err != nil {
-		br.Close()
-		return pgconn.CommandTag{}, err
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
 	}
-	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -523,50 +523,28 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	if err := t.CheckMutation(m, x.b.limits); err != nil {
 		return err
 	}
-	var (
-		sql  string
-		args []any
-		cond *storage.Condition
-	)
-	switch m := m.(type) {
-	case *storage.Put:
-		sql, args = putSQL(t, m)
-		cond = m.Condition
-	case *storage.Delete:
-		sql, args = deleteSQL(t, m)
-		cond = m.Condition
-	}
-	if cond == nil {
-		x.queued = append(x.queued, queuedWrite{op: op, t: t, sql: sql, args: args})
+	w := writeSQL(t, m)
+	if w.cond == nil {
+		x.queued = append(x.queued, w)
 		return nil
 	}
-	tag, err := x.Exec(ctx, sql, args...)
-	if err != nil {
-		return x.end(ctx, x.b.mapErr(op, t, err, false))
-	}
-	if tag.RowsAffected() == 0 {
-		return condFailed(op, t, "")
-	}
-	return nil
+	// A conditional write needs its answer: it goes now, through Exec.
+	return x.end(ctx, x.b.runWrite(ctx, x, false, w))
 }
 
 // Commit sends the queued writes and COMMIT in one round trip. A
 // transaction that sent nothing has nothing to commit.
 func (x *txn) Commit(ctx context.Context) error {
-	if x.done {
+	if x.conn == nil {
 		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
 	}
 	if !x.begun && len(x.queued) == 0 {
 		x.finish(ctx, true)
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
+	if err := notSent(ctx, "commit", x.conn.Conn()); err != nil {
 		x.finish(context.WithoutCancel(ctx), false)
-		return fmt.Errorf("storage: commit: not sent: %w", err)
-	}
-	if x.conn.Conn().IsClosed() {
-		x.finish(ctx, false)
-		return &storage.Error{Kind: storage.ErrUnavailable, Op: "commit", Detail: "connection lost before commit; nothing was committed"}
+		return err
 	}
 	br, err := x.send(ctx, "COMMIT", nil, true)
 	if err == nil {
@@ -594,7 +572,7 @@ func (x *txn) Commit(ctx context.Context) error {
 }
 
 func (x *txn) Abort(ctx context.Context) error {
-	if !x.done {
+	if x.conn != nil {
 		x.finish(ctx, false)
 	}
 	return nil

@@ -281,17 +281,26 @@ func isConnErr(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || pgconn.Timeout(err)
 }
 
+// notSent is why a COMMIT is not worth sending, or nil: the caller's
+// context has ended (a plain context error: nothing was sent), or the
+// connection is known dead (ErrUnavailable: nothing can have committed).
+func notSent(ctx context.Context, op string, c *pgx.Conn) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storage: %s: not sent: %w", op, err)
+	}
+	if c.IsClosed() {
+		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "connection lost before commit; nothing was committed"}
+	}
+	return nil
+}
+
 // commit commits tx. A connection already known dead has sent nothing, so
 // the transaction cannot have committed: ErrUnavailable. Otherwise a lost
 // connection leaves the outcome unknown.
 func commit(ctx context.Context, op string, tx pgx.Tx) error {
-	if err := ctx.Err(); err != nil {
+	if err := notSent(ctx, op, tx.Conn()); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return fmt.Errorf("storage: %s: not sent: %w", op, err)
-	}
-	if tx.Conn().IsClosed() {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "connection lost before commit; nothing was committed"}
+		return err
 	}
 	err := tx.Commit(ctx)
 	if err != nil {
