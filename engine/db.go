@@ -144,8 +144,9 @@ type DB struct {
 	epoch   atomic.Uint64
 	durable atomic.Uint64
 	// want is set by a committer waiting on the open epoch; the next idle
-	// logger closes the epoch early.
-	want atomic.Bool
+	// logger closes the epoch early. hurries counts those requests.
+	want    atomic.Bool
+	hurries atomic.Uint64
 
 	workers []*worker
 	slots   chan *worker
@@ -403,6 +404,7 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	if hurry && db.epoch.Load() <= e {
 		// The epoch is still open: ask an idle logger to close it now
 		// rather than at the next tick.
+		db.hurries.Add(1)
 		db.want.Store(true)
 		db.wakeLoggers()
 	}

@@ -63,7 +63,10 @@
 // epoch. A committer that waits on the open epoch asks the next idle
 // logger to close it at once, so a lone client waits for one log write and
 // fsync rather than an epoch, and under load committers pile into the
-// epoch being closed while the previous fsync runs (group commit).
+// epoch being closed while the previous fsync runs (group commit). When
+// several committers asked since the last close, the logger first yields
+// the processor once, so that runnable committers join the epoch before
+// it closes (logger.yieldToCommitters).
 //
 // LogSink is the seam for replication: the write-ahead log (package wal,
 // batch policy) implements it today; a Raft group will implement it with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -137,6 +138,9 @@ type logger struct {
 	wake      chan struct{}
 	free      chan *logBuf  // written buffers for reuse
 	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
+	// hurriesSeen is DB.hurries when run last looked; run's goroutine
+	// alone uses it.
+	hurriesSeen uint64
 
 	// pending is the bytes queued or being written. Committers read it
 	// without a lock; a throttled one waits on mu.drained, which release
@@ -217,6 +221,9 @@ func (lg *logger) run() {
 			return
 		}
 		for lg.db.failure() == nil {
+			if lg.db.want.Load() {
+				lg.yieldToCommitters()
+			}
 			if lg.db.want.Swap(false) && !lg.db.tryAdvance() {
 				lg.db.want.Store(true) // a committer is still entering; it pokes again
 			}
@@ -224,6 +231,25 @@ func (lg *logger) run() {
 				break
 			}
 		}
+	}
+}
+
+// yieldToCommitters lets runnable goroutines run once before the logger
+// closes the epoch early, if at least two committers asked for a close
+// since it last looked: committers are then arriving faster than one per
+// fsync, some are likely runnable right now, and their commits join the
+// epoch this fsync covers instead of each needing one of their own. When
+// the processors are idle Gosched returns at once, and a lone committer
+// (one request per close) never yields, so the yield costs latency only
+// when the CPU is busy anyway. Without it, a ledger under 64 clients on
+// two cores made about one fsync per commit, and an fdatasync costs
+// 25–75 µs of kernel CPU on this machine's disk.
+func (lg *logger) yieldToCommitters() {
+	h := lg.db.hurries.Load()
+	asked := h - lg.hurriesSeen
+	lg.hurriesSeen = h
+	if asked >= 2 {
+		runtime.Gosched()
 	}
 }
 
