@@ -54,7 +54,7 @@ func dialLedger(t *testing.T, addr, entity string) *client.Client {
 }
 
 // openEngineDB opens a Validator database on its own embedded engine.
-func openEngineDB(t *testing.T) storage.Backend {
+func openEngineDB(t testing.TB) storage.Backend {
 	t.Helper()
 	db, err := engine.Open(engine.Config{Dir: t.TempDir(), EpochInterval: 5 * time.Millisecond})
 	if err != nil {
