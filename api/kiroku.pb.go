@@ -23,6 +23,273 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How long the server may work on the call, in microseconds; 0: no
+	// limit beyond the stream's.
+	TimeoutMicros int64 `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*CallRequest_Execute
+	//	*CallRequest_GetTxState
+	Call          isCallRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequest) Reset() {
+	*x = CallRequest{}
+	mi := &file_kiroku_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequest) ProtoMessage() {}
+
+func (x *CallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
+func (*CallRequest) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallRequest) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *CallRequest) GetCall() isCallRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *CallRequest) GetExecute() *ExecuteRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Execute); ok {
+			return x.Execute
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetGetTxState() *GetTxStateRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_GetTxState); ok {
+			return x.GetTxState
+		}
+	}
+	return nil
+}
+
+type isCallRequest_Call interface {
+	isCallRequest_Call()
+}
+
+type CallRequest_Execute struct {
+	Execute *ExecuteRequest `protobuf:"bytes,3,opt,name=execute,proto3,oneof"`
+}
+
+type CallRequest_GetTxState struct {
+	GetTxState *GetTxStateRequest `protobuf:"bytes,4,opt,name=get_tx_state,json=getTxState,proto3,oneof"`
+}
+
+func (*CallRequest_Execute) isCallRequest_Call() {}
+
+func (*CallRequest_GetTxState) isCallRequest_Call() {}
+
+type CallReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*CallReply_Execute
+	//	*CallReply_TxState
+	//	*CallReply_Error
+	Result        isCallReply_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallReply) Reset() {
+	*x = CallReply{}
+	mi := &file_kiroku_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallReply) ProtoMessage() {}
+
+func (x *CallReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
+func (*CallReply) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallReply) GetResult() isCallReply_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CallReply) GetExecute() *ExecuteReply {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Execute); ok {
+			return x.Execute
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetTxState() *TxState {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_TxState); ok {
+			return x.TxState
+		}
+	}
+	return nil
+}
+
+func (x *CallReply) GetError() *CallError {
+	if x != nil {
+		if x, ok := x.Result.(*CallReply_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isCallReply_Result interface {
+	isCallReply_Result()
+}
+
+type CallReply_Execute struct {
+	Execute *ExecuteReply `protobuf:"bytes,2,opt,name=execute,proto3,oneof"`
+}
+
+type CallReply_TxState struct {
+	TxState *TxState `protobuf:"bytes,3,opt,name=tx_state,json=txState,proto3,oneof"`
+}
+
+type CallReply_Error struct {
+	Error *CallError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*CallReply_Execute) isCallReply_Result() {}
+
+func (*CallReply_TxState) isCallReply_Result() {}
+
+func (*CallReply_Error) isCallReply_Result() {}
+
+// CallError is what a unary call's status and "kiroku-error" trailer say.
+type CallError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // gRPC status code
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"` // the ledger's error kind, if any
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallError) Reset() {
+	*x = CallError{}
+	mi := &file_kiroku_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallError) ProtoMessage() {}
+
+func (x *CallError) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallError.ProtoReflect.Descriptor instead.
+func (*CallError) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CallError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallError) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type RegisterCertificateRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Entity         string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
@@ -34,7 +301,7 @@ type RegisterCertificateRequest struct {
 
 func (x *RegisterCertificateRequest) Reset() {
 	*x = RegisterCertificateRequest{}
-	mi := &file_kiroku_proto_msgTypes[0]
+	mi := &file_kiroku_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +313,7 @@ func (x *RegisterCertificateRequest) String() string {
 func (*RegisterCertificateRequest) ProtoMessage() {}
 
 func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[0]
+	mi := &file_kiroku_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +326,7 @@ func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RegisterCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{0}
+	return file_kiroku_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterCertificateRequest) GetEntity() string {
@@ -94,7 +361,7 @@ type RegisterSecretRequest struct {
 
 func (x *RegisterSecretRequest) Reset() {
 	*x = RegisterSecretRequest{}
-	mi := &file_kiroku_proto_msgTypes[1]
+	mi := &file_kiroku_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +373,7 @@ func (x *RegisterSecretRequest) String() string {
 func (*RegisterSecretRequest) ProtoMessage() {}
 
 func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[1]
+	mi := &file_kiroku_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +386,7 @@ func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSecretRequest.ProtoReflect.Descriptor instead.
 func (*RegisterSecretRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{1}
+	return file_kiroku_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterSecretRequest) GetEntity() string {
@@ -156,7 +423,7 @@ type RegisterContractRequest struct {
 
 func (x *RegisterContractRequest) Reset() {
 	*x = RegisterContractRequest{}
-	mi := &file_kiroku_proto_msgTypes[2]
+	mi := &file_kiroku_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +435,7 @@ func (x *RegisterContractRequest) String() string {
 func (*RegisterContractRequest) ProtoMessage() {}
 
 func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[2]
+	mi := &file_kiroku_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +448,7 @@ func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterContractRequest.ProtoReflect.Descriptor instead.
 func (*RegisterContractRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{2}
+	return file_kiroku_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterContractRequest) GetContractId() string {
@@ -227,7 +494,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +506,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +519,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{3}
+	return file_kiroku_proto_rawDescGZIP(), []int{6}
 }
 
 type ListContractsRequest struct {
@@ -263,7 +530,7 @@ type ListContractsRequest struct {
 
 func (x *ListContractsRequest) Reset() {
 	*x = ListContractsRequest{}
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +542,7 @@ func (x *ListContractsRequest) String() string {
 func (*ListContractsRequest) ProtoMessage() {}
 
 func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +555,7 @@ func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsRequest.ProtoReflect.Descriptor instead.
 func (*ListContractsRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{4}
+	return file_kiroku_proto_rawDescGZIP(), []int{7}
 }
 
 type ContractInfo struct {
@@ -304,7 +571,7 @@ type ContractInfo struct {
 
 func (x *ContractInfo) Reset() {
 	*x = ContractInfo{}
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +583,7 @@ func (x *ContractInfo) String() string {
 func (*ContractInfo) ProtoMessage() {}
 
 func (x *ContractInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +596,7 @@ func (x *ContractInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContractInfo.ProtoReflect.Descriptor instead.
 func (*ContractInfo) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{5}
+	return file_kiroku_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContractInfo) GetContractId() string {
@@ -376,7 +643,7 @@ type ListContractsReply struct {
 
 func (x *ListContractsReply) Reset() {
 	*x = ListContractsReply{}
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +655,7 @@ func (x *ListContractsReply) String() string {
 func (*ListContractsReply) ProtoMessage() {}
 
 func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +668,7 @@ func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsReply.ProtoReflect.Descriptor instead.
 func (*ListContractsReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{6}
+	return file_kiroku_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListContractsReply) GetContracts() []*ContractInfo {
@@ -427,7 +694,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +706,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +719,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{7}
+	return file_kiroku_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecuteRequest) GetNonce() string {
@@ -507,7 +774,7 @@ type InputEntry struct {
 
 func (x *InputEntry) Reset() {
 	*x = InputEntry{}
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +786,7 @@ func (x *InputEntry) String() string {
 func (*InputEntry) ProtoMessage() {}
 
 func (x *InputEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +799,7 @@ func (x *InputEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputEntry.ProtoReflect.Descriptor instead.
 func (*InputEntry) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{8}
+	return file_kiroku_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InputEntry) GetId() string {
@@ -564,7 +831,7 @@ type Proof struct {
 
 func (x *Proof) Reset() {
 	*x = Proof{}
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +843,7 @@ func (x *Proof) String() string {
 func (*Proof) ProtoMessage() {}
 
 func (x *Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +856,7 @@ func (x *Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proof.ProtoReflect.Descriptor instead.
 func (*Proof) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{9}
+	return file_kiroku_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Proof) GetId() string {
@@ -657,7 +924,7 @@ type ExecuteReply struct {
 
 func (x *ExecuteReply) Reset() {
 	*x = ExecuteReply{}
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +936,7 @@ func (x *ExecuteReply) String() string {
 func (*ExecuteReply) ProtoMessage() {}
 
 func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +949,7 @@ func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteReply.ProtoReflect.Descriptor instead.
 func (*ExecuteReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{10}
+	return file_kiroku_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecuteReply) GetNonce() string {
@@ -740,7 +1007,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +1019,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +1032,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{11}
+	return file_kiroku_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetAssetRequest) GetId() string {
@@ -824,7 +1091,7 @@ type AssetVersion struct {
 
 func (x *AssetVersion) Reset() {
 	*x = AssetVersion{}
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1103,7 @@ func (x *AssetVersion) String() string {
 func (*AssetVersion) ProtoMessage() {}
 
 func (x *AssetVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1116,7 @@ func (x *AssetVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssetVersion.ProtoReflect.Descriptor instead.
 func (*AssetVersion) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{12}
+	return file_kiroku_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AssetVersion) GetId() string {
@@ -952,7 +1219,7 @@ type GetAssetReply struct {
 
 func (x *GetAssetReply) Reset() {
 	*x = GetAssetReply{}
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1231,7 @@ func (x *GetAssetReply) String() string {
 func (*GetAssetReply) ProtoMessage() {}
 
 func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1244,7 @@ func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetReply.ProtoReflect.Descriptor instead.
 func (*GetAssetReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{13}
+	return file_kiroku_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetAssetReply) GetVersions() []*AssetVersion {
@@ -997,7 +1264,7 @@ type GetProofRequest struct {
 
 func (x *GetProofRequest) Reset() {
 	*x = GetProofRequest{}
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1276,7 @@ func (x *GetProofRequest) String() string {
 func (*GetProofRequest) ProtoMessage() {}
 
 func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1289,7 @@ func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProofRequest.ProtoReflect.Descriptor instead.
 func (*GetProofRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{14}
+	return file_kiroku_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetProofRequest) GetId() string {
@@ -1048,7 +1315,7 @@ type GetTxStateRequest struct {
 
 func (x *GetTxStateRequest) Reset() {
 	*x = GetTxStateRequest{}
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1327,7 @@ func (x *GetTxStateRequest) String() string {
 func (*GetTxStateRequest) ProtoMessage() {}
 
 func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1340,7 @@ func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTxStateRequest.ProtoReflect.Descriptor instead.
 func (*GetTxStateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{15}
+	return file_kiroku_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTxStateRequest) GetNonce() string {
@@ -1100,7 +1367,7 @@ type TxState struct {
 
 func (x *TxState) Reset() {
 	*x = TxState{}
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1379,7 @@ func (x *TxState) String() string {
 func (*TxState) ProtoMessage() {}
 
 func (x *TxState) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1392,7 @@ func (x *TxState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxState.ProtoReflect.Descriptor instead.
 func (*TxState) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{16}
+	return file_kiroku_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TxState) GetNonce() string {
@@ -1202,7 +1469,7 @@ type ValidateLedgerRequest struct {
 
 func (x *ValidateLedgerRequest) Reset() {
 	*x = ValidateLedgerRequest{}
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1481,7 @@ func (x *ValidateLedgerRequest) String() string {
 func (*ValidateLedgerRequest) ProtoMessage() {}
 
 func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1494,7 @@ func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerRequest.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{17}
+	return file_kiroku_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ValidateLedgerRequest) GetId() string {
@@ -1271,7 +1538,7 @@ type ValidateLedgerReply struct {
 
 func (x *ValidateLedgerReply) Reset() {
 	*x = ValidateLedgerReply{}
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1550,7 @@ func (x *ValidateLedgerReply) String() string {
 func (*ValidateLedgerReply) ProtoMessage() {}
 
 func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1563,7 @@ func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerReply.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{18}
+	return file_kiroku_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ValidateLedgerReply) GetId() string {
@@ -1370,7 +1637,7 @@ type GetLedgerKeyRequest struct {
 
 func (x *GetLedgerKeyRequest) Reset() {
 	*x = GetLedgerKeyRequest{}
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1649,7 @@ func (x *GetLedgerKeyRequest) String() string {
 func (*GetLedgerKeyRequest) ProtoMessage() {}
 
 func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1662,7 @@ func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{19}
+	return file_kiroku_proto_rawDescGZIP(), []int{22}
 }
 
 type LedgerKey struct {
@@ -1409,7 +1676,7 @@ type LedgerKey struct {
 
 func (x *LedgerKey) Reset() {
 	*x = LedgerKey{}
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1688,7 @@ func (x *LedgerKey) String() string {
 func (*LedgerKey) ProtoMessage() {}
 
 func (x *LedgerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1701,7 @@ func (x *LedgerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerKey.ProtoReflect.Descriptor instead.
 func (*LedgerKey) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{20}
+	return file_kiroku_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LedgerKey) GetScheme() string {
@@ -1462,7 +1729,24 @@ var File_kiroku_proto protoreflect.FileDescriptor
 
 const file_kiroku_proto_rawDesc = "" +
 	"\n" +
-	"\fkiroku.proto\x12\tkiroku.v1\"~\n" +
+	"\fkiroku.proto\x12\tkiroku.v1\"\xc5\x01\n" +
+	"\vCallRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x125\n" +
+	"\aexecute\x18\x03 \x01(\v2\x19.kiroku.v1.ExecuteRequestH\x00R\aexecute\x12@\n" +
+	"\fget_tx_state\x18\x04 \x01(\v2\x1c.kiroku.v1.GetTxStateRequestH\x00R\n" +
+	"getTxStateB\x06\n" +
+	"\x04call\"\xb9\x01\n" +
+	"\tCallReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\aexecute\x18\x02 \x01(\v2\x17.kiroku.v1.ExecuteReplyH\x00R\aexecute\x12/\n" +
+	"\btx_state\x18\x03 \x01(\v2\x12.kiroku.v1.TxStateH\x00R\atxState\x12,\n" +
+	"\x05error\x18\x04 \x01(\v2\x14.kiroku.v1.CallErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"M\n" +
+	"\tCallError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\"~\n" +
 	"\x1aRegisterCertificateRequest\x12\x16\n" +
 	"\x06entity\x18\x01 \x01(\tR\x06entity\x12\x1f\n" +
 	"\vkey_version\x18\x02 \x01(\rR\n" +
@@ -1584,7 +1868,7 @@ const file_kiroku_proto_rawDesc = "" +
 	"\tLedgerKey\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12$\n" +
 	"\x0epublic_key_pem\x18\x02 \x01(\tR\fpublicKeyPem\x12 \n" +
-	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint2\xee\x05\n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint2\xa9\x06\n" +
 	"\x06Ledger\x12V\n" +
 	"\x13RegisterCertificate\x12%.kiroku.v1.RegisterCertificateRequest\x1a\x18.kiroku.v1.RegisterReply\x12L\n" +
 	"\x0eRegisterSecret\x12 .kiroku.v1.RegisterSecretRequest\x1a\x18.kiroku.v1.RegisterReply\x12P\n" +
@@ -1596,7 +1880,8 @@ const file_kiroku_proto_rawDesc = "" +
 	"\n" +
 	"GetTxState\x12\x1c.kiroku.v1.GetTxStateRequest\x1a\x12.kiroku.v1.TxState\x12R\n" +
 	"\x0eValidateLedger\x12 .kiroku.v1.ValidateLedgerRequest\x1a\x1e.kiroku.v1.ValidateLedgerReply\x12D\n" +
-	"\fGetLedgerKey\x12\x1e.kiroku.v1.GetLedgerKeyRequest\x1a\x14.kiroku.v1.LedgerKeyB!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
+	"\fGetLedgerKey\x12\x1e.kiroku.v1.GetLedgerKeyRequest\x1a\x14.kiroku.v1.LedgerKey\x129\n" +
+	"\x05Calls\x12\x16.kiroku.v1.CallRequest\x1a\x14.kiroku.v1.CallReply(\x010\x01B!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
 
 var (
 	file_kiroku_proto_rawDescOnce sync.Once
@@ -1610,64 +1895,74 @@ func file_kiroku_proto_rawDescGZIP() []byte {
 	return file_kiroku_proto_rawDescData
 }
 
-var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kiroku_proto_goTypes = []any{
-	(*RegisterCertificateRequest)(nil), // 0: kiroku.v1.RegisterCertificateRequest
-	(*RegisterSecretRequest)(nil),      // 1: kiroku.v1.RegisterSecretRequest
-	(*RegisterContractRequest)(nil),    // 2: kiroku.v1.RegisterContractRequest
-	(*RegisterReply)(nil),              // 3: kiroku.v1.RegisterReply
-	(*ListContractsRequest)(nil),       // 4: kiroku.v1.ListContractsRequest
-	(*ContractInfo)(nil),               // 5: kiroku.v1.ContractInfo
-	(*ListContractsReply)(nil),         // 6: kiroku.v1.ListContractsReply
-	(*ExecuteRequest)(nil),             // 7: kiroku.v1.ExecuteRequest
-	(*InputEntry)(nil),                 // 8: kiroku.v1.InputEntry
-	(*Proof)(nil),                      // 9: kiroku.v1.Proof
-	(*ExecuteReply)(nil),               // 10: kiroku.v1.ExecuteReply
-	(*GetAssetRequest)(nil),            // 11: kiroku.v1.GetAssetRequest
-	(*AssetVersion)(nil),               // 12: kiroku.v1.AssetVersion
-	(*GetAssetReply)(nil),              // 13: kiroku.v1.GetAssetReply
-	(*GetProofRequest)(nil),            // 14: kiroku.v1.GetProofRequest
-	(*GetTxStateRequest)(nil),          // 15: kiroku.v1.GetTxStateRequest
-	(*TxState)(nil),                    // 16: kiroku.v1.TxState
-	(*ValidateLedgerRequest)(nil),      // 17: kiroku.v1.ValidateLedgerRequest
-	(*ValidateLedgerReply)(nil),        // 18: kiroku.v1.ValidateLedgerReply
-	(*GetLedgerKeyRequest)(nil),        // 19: kiroku.v1.GetLedgerKeyRequest
-	(*LedgerKey)(nil),                  // 20: kiroku.v1.LedgerKey
+	(*CallRequest)(nil),                // 0: kiroku.v1.CallRequest
+	(*CallReply)(nil),                  // 1: kiroku.v1.CallReply
+	(*CallError)(nil),                  // 2: kiroku.v1.CallError
+	(*RegisterCertificateRequest)(nil), // 3: kiroku.v1.RegisterCertificateRequest
+	(*RegisterSecretRequest)(nil),      // 4: kiroku.v1.RegisterSecretRequest
+	(*RegisterContractRequest)(nil),    // 5: kiroku.v1.RegisterContractRequest
+	(*RegisterReply)(nil),              // 6: kiroku.v1.RegisterReply
+	(*ListContractsRequest)(nil),       // 7: kiroku.v1.ListContractsRequest
+	(*ContractInfo)(nil),               // 8: kiroku.v1.ContractInfo
+	(*ListContractsReply)(nil),         // 9: kiroku.v1.ListContractsReply
+	(*ExecuteRequest)(nil),             // 10: kiroku.v1.ExecuteRequest
+	(*InputEntry)(nil),                 // 11: kiroku.v1.InputEntry
+	(*Proof)(nil),                      // 12: kiroku.v1.Proof
+	(*ExecuteReply)(nil),               // 13: kiroku.v1.ExecuteReply
+	(*GetAssetRequest)(nil),            // 14: kiroku.v1.GetAssetRequest
+	(*AssetVersion)(nil),               // 15: kiroku.v1.AssetVersion
+	(*GetAssetReply)(nil),              // 16: kiroku.v1.GetAssetReply
+	(*GetProofRequest)(nil),            // 17: kiroku.v1.GetProofRequest
+	(*GetTxStateRequest)(nil),          // 18: kiroku.v1.GetTxStateRequest
+	(*TxState)(nil),                    // 19: kiroku.v1.TxState
+	(*ValidateLedgerRequest)(nil),      // 20: kiroku.v1.ValidateLedgerRequest
+	(*ValidateLedgerReply)(nil),        // 21: kiroku.v1.ValidateLedgerReply
+	(*GetLedgerKeyRequest)(nil),        // 22: kiroku.v1.GetLedgerKeyRequest
+	(*LedgerKey)(nil),                  // 23: kiroku.v1.LedgerKey
 }
 var file_kiroku_proto_depIdxs = []int32{
-	5,  // 0: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
-	8,  // 1: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
-	9,  // 2: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
-	8,  // 3: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
-	8,  // 4: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
-	12, // 5: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
-	8,  // 6: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
-	8,  // 7: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
-	0,  // 8: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
-	1,  // 9: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
-	2,  // 10: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
-	4,  // 11: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
-	7,  // 12: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
-	11, // 13: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
-	14, // 14: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
-	15, // 15: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
-	17, // 16: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
-	19, // 17: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
-	3,  // 18: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
-	3,  // 19: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
-	3,  // 20: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
-	6,  // 21: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
-	10, // 22: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
-	13, // 23: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
-	9,  // 24: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
-	16, // 25: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
-	18, // 26: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
-	20, // 27: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 0: kiroku.v1.CallRequest.execute:type_name -> kiroku.v1.ExecuteRequest
+	18, // 1: kiroku.v1.CallRequest.get_tx_state:type_name -> kiroku.v1.GetTxStateRequest
+	13, // 2: kiroku.v1.CallReply.execute:type_name -> kiroku.v1.ExecuteReply
+	19, // 3: kiroku.v1.CallReply.tx_state:type_name -> kiroku.v1.TxState
+	2,  // 4: kiroku.v1.CallReply.error:type_name -> kiroku.v1.CallError
+	8,  // 5: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
+	11, // 6: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
+	12, // 7: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
+	11, // 8: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
+	11, // 9: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
+	15, // 10: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
+	11, // 11: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
+	11, // 12: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
+	3,  // 13: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
+	4,  // 14: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
+	5,  // 15: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
+	7,  // 16: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
+	10, // 17: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
+	14, // 18: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
+	17, // 19: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
+	18, // 20: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
+	20, // 21: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
+	22, // 22: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
+	0,  // 23: kiroku.v1.Ledger.Calls:input_type -> kiroku.v1.CallRequest
+	6,  // 24: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
+	6,  // 25: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
+	6,  // 26: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
+	9,  // 27: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
+	13, // 28: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
+	16, // 29: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
+	12, // 30: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
+	19, // 31: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
+	21, // 32: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
+	23, // 33: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
+	1,  // 34: kiroku.v1.Ledger.Calls:output_type -> kiroku.v1.CallReply
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_kiroku_proto_init() }
@@ -1675,13 +1970,22 @@ func file_kiroku_proto_init() {
 	if File_kiroku_proto != nil {
 		return
 	}
+	file_kiroku_proto_msgTypes[0].OneofWrappers = []any{
+		(*CallRequest_Execute)(nil),
+		(*CallRequest_GetTxState)(nil),
+	}
+	file_kiroku_proto_msgTypes[1].OneofWrappers = []any{
+		(*CallReply_Execute)(nil),
+		(*CallReply_TxState)(nil),
+		(*CallReply_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kiroku_proto_rawDesc), len(file_kiroku_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

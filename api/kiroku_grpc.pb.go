@@ -31,6 +31,7 @@ const (
 	Ledger_GetTxState_FullMethodName          = "/kiroku.v1.Ledger/GetTxState"
 	Ledger_ValidateLedger_FullMethodName      = "/kiroku.v1.Ledger/ValidateLedger"
 	Ledger_GetLedgerKey_FullMethodName        = "/kiroku.v1.Ledger/GetLedgerKey"
+	Ledger_Calls_FullMethodName               = "/kiroku.v1.Ledger/Calls"
 )
 
 // LedgerClient is the client API for Ledger service.
@@ -55,6 +56,13 @@ type LedgerClient interface {
 	GetTxState(ctx context.Context, in *GetTxStateRequest, opts ...grpc.CallOption) (*TxState, error)
 	ValidateLedger(ctx context.Context, in *ValidateLedgerRequest, opts ...grpc.CallOption) (*ValidateLedgerReply, error)
 	GetLedgerKey(ctx context.Context, in *GetLedgerKeyRequest, opts ...grpc.CallOption) (*LedgerKey, error)
+	// Calls carries ExecuteContract and GetTxState calls over one
+	// long-lived stream: each request has an id chosen by the client, and
+	// its reply, in any order, the same id. A unary call costs a new HTTP/2
+	// stream and its headers; a message on this stream does not. A call's
+	// error is in its reply; the stream itself ends only when the server
+	// shuts down (after answering what it received) or the client closes it.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
 }
 
 type ledgerClient struct {
@@ -165,6 +173,19 @@ func (c *ledgerClient) GetLedgerKey(ctx context.Context, in *GetLedgerKeyRequest
 	return out, nil
 }
 
+func (c *ledgerClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ledger_ServiceDesc.Streams[0], Ledger_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallRequest, CallReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ledger_CallsClient = grpc.BidiStreamingClient[CallRequest, CallReply]
+
 // LedgerServer is the server API for Ledger service.
 // All implementations must embed UnimplementedLedgerServer
 // for forward compatibility.
@@ -187,6 +208,13 @@ type LedgerServer interface {
 	GetTxState(context.Context, *GetTxStateRequest) (*TxState, error)
 	ValidateLedger(context.Context, *ValidateLedgerRequest) (*ValidateLedgerReply, error)
 	GetLedgerKey(context.Context, *GetLedgerKeyRequest) (*LedgerKey, error)
+	// Calls carries ExecuteContract and GetTxState calls over one
+	// long-lived stream: each request has an id chosen by the client, and
+	// its reply, in any order, the same id. A unary call costs a new HTTP/2
+	// stream and its headers; a message on this stream does not. A call's
+	// error is in its reply; the stream itself ends only when the server
+	// shuts down (after answering what it received) or the client closes it.
+	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
 	mustEmbedUnimplementedLedgerServer()
 }
 
@@ -226,6 +254,9 @@ func (UnimplementedLedgerServer) ValidateLedger(context.Context, *ValidateLedger
 }
 func (UnimplementedLedgerServer) GetLedgerKey(context.Context, *GetLedgerKeyRequest) (*LedgerKey, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLedgerKey not implemented")
+}
+func (UnimplementedLedgerServer) Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedLedgerServer) mustEmbedUnimplementedLedgerServer() {}
 func (UnimplementedLedgerServer) testEmbeddedByValue()                {}
@@ -428,6 +459,13 @@ func _Ledger_GetLedgerKey_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Ledger_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LedgerServer).Calls(&grpc.GenericServerStream[CallRequest, CallReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ledger_CallsServer = grpc.BidiStreamingServer[CallRequest, CallReply]
+
 // Ledger_ServiceDesc is the grpc.ServiceDesc for Ledger service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -476,6 +514,13 @@ var Ledger_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Ledger_GetLedgerKey_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Calls",
+			Handler:       _Ledger_Calls_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "kiroku.proto",
 }

@@ -117,8 +117,12 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // replies are lost, and recovering the outcome from the ledger's recorded
 // state if a retry finds the nonce used.
 func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+	req := wire.RequestToAPI(r)
 	reply, attempts, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
-		return c.api.ExecuteContract(ctx, wire.RequestToAPI(r), o...)
+		return viaMux(ctx, c, &api.CallRequest{Call: &api.CallRequest_Execute{Execute: req}}, (*api.CallReply).GetExecute,
+			func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
+				return c.api.ExecuteContract(ctx, req, o...)
+			}, o)
 	})
 	if err != nil {
 		if attempts > 0 && errors.Is(err, ledger.ErrNonceReused) {
@@ -171,8 +175,12 @@ func (c *Client) CommittedResult(ctx context.Context, st *ledger.TxState) (*ledg
 
 // TxState returns the ledger's recorded state of nonce.
 func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, error) {
+	req := &api.GetTxStateRequest{Nonce: nonce}
 	st, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
-		return c.api.GetTxState(ctx, &api.GetTxStateRequest{Nonce: nonce}, o...)
+		return viaMux(ctx, c, &api.CallRequest{Call: &api.CallRequest_GetTxState{GetTxState: req}}, (*api.CallReply).GetTxState,
+			func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
+				return c.api.GetTxState(ctx, req, o...)
+			}, o)
 	})
 	if err != nil {
 		return nil, err

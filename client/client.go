@@ -58,6 +58,10 @@ type Config struct {
 	MaxAttempts int `json:"-"`
 	// DialOptions are added to the connection's (interceptors, TLS).
 	DialOptions []grpc.DialOption `json:"-"`
+	// UnaryCalls sends each execute and transaction-state call as a unary
+	// RPC of its own, instead of over the Calls stream the client's
+	// goroutines share (which unary interceptors do not see).
+	UnaryCalls bool `json:"-"`
 }
 
 // fileConfig is the JSON form of Config: keys are named by file (or given
@@ -161,6 +165,7 @@ type Client struct {
 	cfg    Config
 	conn   *grpc.ClientConn
 	api    api.LedgerClient
+	mux    *mux        // nil with UnaryCalls
 	signer auth.Signer // nil: the client can only read
 }
 
@@ -201,11 +206,19 @@ func Dial(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	c.api = api.NewLedgerClient(c.conn)
+	if !cfg.UnaryCalls {
+		c.mux = newMux(c.api)
+	}
 	return c, nil
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	if c.mux != nil {
+		c.mux.close()
+	}
+	return c.conn.Close()
+}
 
 // Entity returns the client's entity id and key version.
 func (c *Client) Entity() (string, uint32) { return c.cfg.Entity, c.cfg.KeyVersion }
@@ -245,6 +258,10 @@ func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opt
 		cancel()
 		if err == nil {
 			return out, attempt, nil
+		}
+		var ce *callError
+		if errors.As(err, &ce) {
+			trailer = ce.trailer()
 		}
 		code := status.Code(err)
 		// A commit whose outcome the server could not learn is a lost

@@ -192,11 +192,20 @@ func TestRegistrationDisabledWithoutToken(t *testing.T) {
 // server committed it: the client retries with the same nonce, finds it
 // used, and returns the committed result and proofs from the ledger's
 // record — the contract ran once.
+// TestLostReplyIsRecovered loses every other execute reply, over unary
+// calls and over the Calls stream (where a lost reply is the stream
+// breaking under the calls waiting on it).
 func TestLostReplyIsRecovered(t *testing.T) {
+	for _, unary := range []bool{true, false} {
+		t.Run(fmt.Sprintf("unary=%v", unary), func(t *testing.T) { testLostReplyIsRecovered(t, unary) })
+	}
+}
+
+func testLostReplyIsRecovered(t *testing.T, unary bool) {
 	ctx := context.Background()
 	srv := startServer(t, server.Options{AdminToken: token})
 	secret := bytes.Repeat([]byte{9}, 32)
-	var dropped atomic.Int32
+	var dropped, streamed atomic.Int32
 	var registrations sync.Map // method → a reply was lost already
 	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
@@ -214,8 +223,23 @@ func TestLostReplyIsRecovered(t *testing.T) {
 		}
 		return err
 	}
-	c := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: secret, AdminToken: token,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(drop)}})
+	// On the stream, every other execute reply breaks the stream instead
+	// of arriving.
+	breakStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != api.Ledger_Calls_FullMethodName {
+			return cs, err
+		}
+		streamed.Add(1)
+		return &losingStream{ClientStream: cs, lose: func(r *api.CallReply) bool { return r.GetExecute() != nil && dropped.Add(1)%2 == 1 }}, nil
+	}
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: secret, AdminToken: token, UnaryCalls: unary,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(drop), grpc.WithStreamInterceptor(breakStream)}})
+	defer func() {
+		if dropped.Load() < 2 || unary != (streamed.Load() == 0) {
+			t.Errorf("%d execute replies lost, %d streams opened; the test lost nothing on its path", dropped.Load(), streamed.Load())
+		}
+	}()
 	if err := c.RegisterSecret(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -276,4 +300,21 @@ func TestConfigFile(t *testing.T) {
 	if _, err := client.ConfigFromEnv(); err == nil {
 		t.Fatal("a secret that is not hex must be an error")
 	}
+}
+
+// losingStream loses the replies lose picks: RecvMsg fails as a broken
+// connection would, after the server answered.
+type losingStream struct {
+	grpc.ClientStream
+	lose func(*api.CallReply) bool
+}
+
+func (s *losingStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if r, ok := m.(*api.CallReply); ok && s.lose(r) {
+		return status.Error(codes.Unavailable, "stream lost (test)")
+	}
+	return nil
 }

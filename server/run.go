@@ -95,7 +95,8 @@ type Running struct {
 	metrics *http.Server
 	log     *slog.Logger
 	done    chan error
-	serving bool // grpc.Serve owns the listener
+	serving bool          // grpc.Serve owns the listener
+	closing chan struct{} // closed by stop: Calls streams wind down
 
 	stopOnce sync.Once
 	stopErr  error
@@ -169,9 +170,11 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	// Stream workers reuse goroutines whose stacks have already grown to
 	// the depth of an execute; a fresh goroutine per call spent ~8% of the
 	// CPU copying stacks under load.
-	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(m.interceptor(o.Logger)),
+	observe := m.interceptor(o.Logger)
+	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(observe),
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
-	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key})
+	r.closing = make(chan struct{})
+	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
 	reflection.Register(r.grpc)
 	if r.lis, err = net.Listen("tcp", o.Listen); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -210,6 +213,9 @@ func (r *Running) Stop(grace time.Duration) error {
 
 func (r *Running) stop(grace time.Duration) error {
 	stopped := make(chan struct{})
+	if r.closing != nil {
+		close(r.closing) // Calls streams end once their calls are answered
+	}
 	go func() { r.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:

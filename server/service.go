@@ -24,6 +24,12 @@ type service struct {
 	l          *ledger.Ledger
 	adminToken string
 	key        *api.LedgerKey
+	// observe wraps each call that arrives over the Calls stream as the
+	// unary interceptor wraps a unary call (metrics, logging); nil: none.
+	observe grpc.UnaryServerInterceptor
+	// closing ends the Calls streams once their received calls are
+	// answered (graceful shutdown: GracefulStop waits for streams).
+	closing chan struct{}
 }
 
 func (s *service) requireAdmin(ctx context.Context) error {
@@ -135,6 +141,16 @@ func toStatus(ctx context.Context, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	code, kind := errorCode(err)
+	if kind != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorKindKey, kind))
+	}
+	return status.Error(code, err.Error())
+}
+
+// errorCode is the gRPC code and the ledger error kind ("" if none) that
+// stand for err.
+func errorCode(err error) (codes.Code, string) {
 	kind := ledger.Kind(err)
 	code := wire.Code(kind)
 	if kind == "" {
@@ -151,8 +167,5 @@ func toStatus(ctx context.Context, err error) error {
 			code = codes.Aborted
 		}
 	}
-	if kind != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorKindKey, kind))
-	}
-	return status.Error(code, err.Error())
+	return code, kind
 }

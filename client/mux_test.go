@@ -1,0 +1,194 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/server"
+)
+
+// TestCallsStreamConcurrent runs many goroutines' executes over one
+// client's shared stream: each gets its own reply (the result of its own
+// counter), and errors arrive as the same typed errors as over unary calls.
+func TestCallsStreamConcurrent(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	secret := bytes.Repeat([]byte{5}, 32)
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, AdminToken: token})
+	uc := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, UnaryCalls: true})
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterContract(ctx, "counter", []byte(counter)); err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, each = 24, 15
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("c%d", g)
+			for i := 1; i <= each; i++ {
+				res, err := c.Execute(ctx, "counter", fmt.Appendf(nil, `{"id":%q}`, id))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if string(res.Result) != fmt.Sprint(i) || len(res.Proofs) != 1 || res.Proofs[0].ID != id || res.Proofs[0].Age != int64(i-1) {
+					t.Errorf("%s: execute %d got result %s, proofs %+v", id, i, res.Result, res.Proofs)
+					return
+				}
+				st, err := c.TxState(ctx, res.Nonce)
+				if err != nil || st.Status != ledger.TxCommitted || st.Writes[id] != int64(i-1) {
+					t.Errorf("%s: state of %s: %+v, %v", id, res.Nonce, st, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	// The stream's errors are the unary calls' errors.
+	for _, tc := range []struct {
+		contract, arg string
+		want          error
+		code          codes.Code
+	}{
+		{"counter", `{"id":"c0","max":1}`, ledger.ErrContractFailed, codes.FailedPrecondition},
+		{"nope", `{}`, ledger.ErrUnknownContract, 0},
+		{"counter", `{"id":`, ledger.ErrBadArgument, 0},
+	} {
+		var codesSeen []codes.Code
+		for _, cl := range []*client.Client{c, uc} {
+			_, err := cl.Execute(ctx, tc.contract, []byte(tc.arg))
+			var ce *client.Error
+			if !errors.Is(err, tc.want) || !errors.As(err, &ce) {
+				t.Fatalf("%s %s: %#v; want %v", tc.contract, tc.arg, err, tc.want)
+			}
+			codesSeen = append(codesSeen, ce.Code)
+		}
+		if codesSeen[0] != codesSeen[1] || tc.code != 0 && codesSeen[0] != tc.code {
+			t.Errorf("%s %s: codes stream/unary %v", tc.contract, tc.arg, codesSeen)
+		}
+	}
+	if _, err := c.TxState(ctx, "never-used"); err != nil {
+		t.Fatalf("state of an unknown nonce over the stream: %v", err)
+	}
+}
+
+// TestCallsFallBackToUnary: a server without the Calls stream (an older
+// one, or a proxy) answers Unimplemented, and the client goes unary.
+func TestCallsFallBackToUnary(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var opened atomic.Int32
+	gs := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		opened.Add(1)
+		return h(srv, ss)
+	}))
+	api.RegisterLedgerServer(gs, &unaryOnly{up: api.NewLedgerClient(conn)})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	secret := bytes.Repeat([]byte{6}, 32)
+	direct := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, AdminToken: token})
+	if err := direct.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, client.Config{Server: lis.Addr().String(), Entity: "dave", Secret: secret})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := c.Execute(ctx, "builtin.ycsb_c", fmt.Appendf(nil, `{"ids":["a%d"]}`, g))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if st, err := c.TxState(ctx, res.Nonce); err != nil || st.Status != ledger.TxCommitted {
+				t.Errorf("state: %+v, %v", st, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := opened.Load(); n != 1 {
+		t.Errorf("the client tried the Calls stream %d times; want once, then unary for good", n)
+	}
+}
+
+// unaryOnly relays the two calls the mux carries, as unary calls only.
+type unaryOnly struct {
+	api.UnimplementedLedgerServer
+	up api.LedgerClient
+}
+
+func (u *unaryOnly) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*api.ExecuteReply, error) {
+	return u.up.ExecuteContract(ctx, r)
+}
+
+func (u *unaryOnly) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*api.TxState, error) {
+	return u.up.GetTxState(ctx, r)
+}
+
+// TestStopWithOpenStream: a client's open Calls stream does not hold a
+// graceful stop for its whole grace period, and the client's next call,
+// against a server that is gone, fails instead of hanging.
+func TestStopWithOpenStream(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	secret := bytes.Repeat([]byte{4}, 32)
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "erin", Secret: secret, AdminToken: token,
+		AttemptTimeout: time.Second, MaxAttempts: 2})
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Execute(ctx, "builtin.ycsb_c", []byte(`{"ids":["x"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Stop(time.Minute) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server's graceful stop waits on the client's idle Calls stream")
+	}
+	if _, err := c.Execute(ctx, "builtin.ycsb_c", []byte(`{"ids":["x"]}`)); codeOf(err) != codes.Unavailable {
+		t.Fatalf("execute against a stopped server: %v; want Unavailable", err)
+	}
+}
+
+func codeOf(err error) codes.Code {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return codes.OK
+}

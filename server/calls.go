@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/wire"
+)
+
+// maxStreamCalls bounds the calls one Calls stream has in flight; past it
+// the server stops reading the stream, and HTTP/2 flow control holds the
+// client back.
+const maxStreamCalls = 1024
+
+// Calls serves ExecuteContract and GetTxState calls multiplexed over one
+// stream. Each call runs on its own goroutine, as a unary call would; one
+// goroutine sends the replies, since a stream's Send is not safe for
+// concurrent use. On shutdown (s.closing) it stops taking calls, answers
+// the ones it took, and ends the stream; calls the client sent meanwhile
+// are not executed, and the client sees the stream end before their reply
+// (a lost reply, which the SDK retries with the same nonce).
+func (s *service) Calls(st api.Ledger_CallsServer) error {
+	ctx := st.Context()
+	reqs := make(chan *api.CallRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	replies := make(chan *api.CallReply, 64)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for r := range replies {
+			if err == nil {
+				err = st.Send(r)
+			}
+			// After a failed Send keep draining, so no call blocks.
+		}
+		sent <- err
+	}()
+
+	var inflight sync.WaitGroup
+	slots := make(chan struct{}, maxStreamCalls)
+	var err error
+loop:
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-s.closing:
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+		select {
+		case req := <-reqs:
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				replies <- s.call(ctx, req)
+				<-slots
+			}()
+		case err = <-recvErr:
+			break loop
+		case <-s.closing:
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	inflight.Wait()
+	close(replies)
+	if serr := <-sent; serr != nil {
+		return serr
+	}
+	if err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+// call runs one call of a Calls stream through the same interceptor a
+// unary call takes, and turns its outcome into the reply.
+func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply {
+	if req.TimeoutMicros > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
+		defer cancel()
+	}
+	var kind string
+	var method string
+	var h grpc.UnaryHandler
+	switch c := req.Call.(type) {
+	case *api.CallRequest_Execute:
+		method = api.Ledger_ExecuteContract_FullMethodName
+		h = func(ctx context.Context, _ any) (any, error) {
+			res, err := s.l.Execute(ctx, wire.RequestFromAPI(c.Execute))
+			if err != nil {
+				var code codes.Code
+				code, kind = errorCode(err)
+				return nil, status.Error(code, err.Error())
+			}
+			return &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}, nil
+		}
+	case *api.CallRequest_GetTxState:
+		method = api.Ledger_GetTxState_FullMethodName
+		h = func(ctx context.Context, _ any) (any, error) {
+			st, err := s.l.TxState(ctx, c.GetTxState.GetNonce())
+			if err != nil {
+				var code codes.Code
+				code, kind = errorCode(err)
+				return nil, status.Error(code, err.Error())
+			}
+			return &api.CallReply{Id: req.Id, Result: &api.CallReply_TxState{TxState: wire.TxStateToAPI(st)}}, nil
+		}
+	default:
+		method = "/kiroku.v1.Ledger/Calls"
+		h = func(context.Context, any) (any, error) {
+			return nil, status.Error(codes.InvalidArgument, "a call carries neither execute nor get_tx_state")
+		}
+	}
+	var out any
+	var err error
+	if s.observe != nil {
+		out, err = s.observe(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
+	} else {
+		out, err = h(ctx, req)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		return &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind}}}
+	}
+	return out.(*api.CallReply)
+}
