@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -174,5 +175,32 @@ func jsonOf(t *testing.T, out string, v any) {
 	}
 	if err := json.Unmarshal([]byte(out[i:j+1]), v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestMemoryAvailable: the default memory limit is taken from the
+// machine's memory as /proc/meminfo reports it, or from a lower cgroup
+// limit.
+func TestMemoryAvailable(t *testing.T) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Skip("no /proc/meminfo:", err)
+	}
+	var kb uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			if _, err := fmt.Sscan(f[1], &kb); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := memoryAvailable()
+	if got == 0 || got > kb*1024 {
+		t.Fatalf("memoryAvailable() = %d; MemTotal is %d bytes", got, kb*1024)
+	}
+	if lim, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err != nil || strings.TrimSpace(string(lim)) == "max" {
+		if got != kb*1024 {
+			t.Fatalf("memoryAvailable() = %d without a cgroup limit; MemTotal is %d bytes", got, kb*1024)
+		}
 	}
 }
