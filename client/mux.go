@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/wire"
@@ -28,26 +30,42 @@ import (
 type mux struct {
 	api api.LedgerClient
 
-	mu     sync.Mutex
-	cur    *muxStream
-	off    bool // the server has no Calls
-	closed bool
-	ctx    context.Context // lives as long as the client
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	cur     *muxStream
+	opening chan struct{} // closed when the open under way ends; nil if none
+	openErr error         // how the last open failed
+	off     bool          // the server has no Calls (or refuses it)
+	closed  bool
+	ctx     context.Context // lives as long as the client
+	cancel  context.CancelFunc
 }
 
 // muxStream is one Calls stream and the calls waiting on it.
 type muxStream struct {
 	stream api.Ledger_CallsClient
 	cancel context.CancelFunc
-	sendMu sync.Mutex // Send is not safe for concurrent use
+	sendq  chan *muxCall // to the one goroutine that sends
 
 	mu      sync.Mutex
 	next    uint64
-	pending map[uint64]chan *api.CallReply
+	pending map[uint64]*muxCall
 	err     error         // why the stream broke; set once
 	done    chan struct{} // closed when it broke
 }
+
+// muxCall is one call waiting for its reply.
+type muxCall struct {
+	req   *api.CallRequest
+	reply chan *api.CallReply // buffered: receive never blocks on it
+	// sendErr is the error of this call's own Send, which ended the
+	// stream: it belongs to this call, not to the others that waited.
+	sendErr error
+}
+
+// maxMuxedCall is the largest request sent over the stream; a larger one
+// goes unary, where a size limit of the server fails that call alone
+// rather than the stream every caller shares.
+const maxMuxedCall = 1 << 20
 
 // errMuxOff is what calls waiting on a stream the server does not serve
 // get: they go unary instead.
@@ -59,36 +77,102 @@ func newMux(a api.LedgerClient) *mux {
 }
 
 func (m *mux) close() {
+	m.cancel() // first: an open under way gives up
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
-	m.cancel()
 }
 
-// stream returns the open stream, opening one if there is none. It
-// returns nil when the mux is off.
-func (m *mux) stream() (*muxStream, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.off {
-		return nil, nil
+// stream returns the open stream, opening one if there is none; nil when
+// the mux is off. Opening waits for the connection, so it runs on a
+// goroutine of its own, and callers wait for it only as long as their ctx
+// lets them.
+func (m *mux) stream(ctx context.Context) (*muxStream, error) {
+	for {
+		m.mu.Lock()
+		switch {
+		case m.off:
+			m.mu.Unlock()
+			return nil, nil
+		case m.closed:
+			m.mu.Unlock()
+			return nil, status.Error(codes.Canceled, "client: closed")
+		case m.cur != nil:
+			s := m.cur
+			m.mu.Unlock()
+			return s, nil
+		case m.opening == nil:
+			m.opening = make(chan struct{})
+			go m.open(m.opening)
+		}
+		opening := m.opening
+		m.mu.Unlock()
+		select {
+		case <-opening:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		m.mu.Lock()
+		err := m.openErr
+		ok := m.cur != nil || m.off
+		m.mu.Unlock()
+		if !ok && err != nil {
+			return nil, err
+		}
 	}
-	if m.closed {
-		return nil, status.Error(codes.Canceled, "client: closed")
-	}
-	if m.cur != nil {
-		return m.cur, nil
-	}
+}
+
+func (m *mux) open(done chan struct{}) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	st, err := m.api.Calls(ctx)
-	if err != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer close(done)
+	m.opening = nil
+	if m.openErr = err; err != nil {
 		cancel()
-		return nil, err
+		if refused(status.Code(err)) {
+			m.off = true
+		}
+		return
 	}
-	s := &muxStream{stream: st, cancel: cancel, pending: make(map[uint64]chan *api.CallReply), done: make(chan struct{})}
+	s := &muxStream{stream: st, cancel: cancel, sendq: make(chan *muxCall, 64),
+		pending: make(map[uint64]*muxCall), done: make(chan struct{})}
 	m.cur = s
 	go m.receive(s)
-	return s, nil
+	go m.send(s)
+}
+
+// refused reports whether a stream ended with code means the server will
+// not serve it at all (no Calls, or not allowed): calls then go unary,
+// where each gets the server's own answer.
+func refused(code codes.Code) bool {
+	return code == codes.Unimplemented || code == codes.Unauthenticated || code == codes.PermissionDenied
+}
+
+// send is the one goroutine that writes s (Send is not safe for
+// concurrent use, and it may block on flow control, which callers must
+// not wait out past their ctx).
+func (m *mux) send(s *muxStream) {
+	for {
+		select {
+		case c := <-s.sendq:
+			if err := s.stream.Send(c.req); err != nil {
+				// io.EOF: the stream is over and receive learns why.
+				// Anything else (the request would not marshal, say) is
+				// this call's fault, and grpc has ended the stream.
+				if err != io.EOF {
+					s.mu.Lock()
+					c.sendErr = status.Convert(err).Err()
+					s.mu.Unlock()
+				}
+				m.broken(s, err)
+				return
+			}
+		case <-s.done:
+			return
+		}
+	}
 }
 
 // receive hands each reply to its caller until the stream breaks.
@@ -100,11 +184,11 @@ func (m *mux) receive(s *muxStream) {
 			return
 		}
 		s.mu.Lock()
-		ch := s.pending[r.Id]
+		c := s.pending[r.Id]
 		delete(s.pending, r.Id)
 		s.mu.Unlock()
-		if ch != nil {
-			ch <- r // buffered: never blocks
+		if c != nil {
+			c.reply <- r
 		}
 	}
 }
@@ -117,7 +201,7 @@ func (m *mux) broken(s *muxStream, err error) {
 	if m.cur == s {
 		m.cur = nil
 	}
-	if code == codes.Unimplemented {
+	if refused(code) {
 		m.off = true
 	}
 	m.mu.Unlock()
@@ -127,11 +211,12 @@ func (m *mux) broken(s *muxStream, err error) {
 	if s.err != nil {
 		return
 	}
-	switch code {
-	case codes.Unimplemented:
+	if refused(code) {
 		s.err = errMuxOff
-	default:
-		// Whatever ended the stream, the replies still owed are lost.
+	} else {
+		// Whatever ended the stream, the replies still owed are lost:
+		// the calls may or may not have run, and their retries (same
+		// nonce) find out.
 		s.err = status.Errorf(codes.Unavailable, "client: call stream ended: %v", err)
 	}
 	s.pending = nil
@@ -140,13 +225,16 @@ func (m *mux) broken(s *muxStream, err error) {
 
 // do sends req (its id is set here) and waits for its reply. The error is
 // a gRPC status error; a call error in the reply is returned as a
-// *callError carrying the ledger's error kind.
+// *callError carrying the ledger's error kind. errMuxOff: send it unary.
 func (m *mux) do(ctx context.Context, req *api.CallRequest) (*api.CallReply, error) {
-	s, err := m.stream()
+	if proto.Size(req) > maxMuxedCall {
+		return nil, errMuxOff
+	}
+	s, err := m.stream(ctx)
 	if err != nil || s == nil {
 		return nil, errOr(err, errMuxOff)
 	}
-	ch := make(chan *api.CallReply, 1)
+	c := &muxCall{req: req, reply: make(chan *api.CallReply, 1)}
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -155,34 +243,65 @@ func (m *mux) do(ctx context.Context, req *api.CallRequest) (*api.CallReply, err
 	}
 	s.next++
 	req.Id = s.next
-	s.pending[req.Id] = ch
+	s.pending[req.Id] = c
 	s.mu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
 		req.TimeoutMicros = max(1, time.Until(dl).Microseconds())
 	}
-	s.sendMu.Lock()
-	// A failed Send means the stream is over (it says io.EOF): receive
-	// gets the reason from Recv and closes s.done.
-	_ = s.stream.Send(req)
-	s.sendMu.Unlock()
 	select {
-	case r := <-ch:
-		if e := r.GetError(); e != nil {
-			return nil, &callError{st: status.New(codes.Code(e.Code), e.Message), kind: e.Kind}
-		}
-		return r, nil
+	case s.sendq <- c:
 	case <-s.done:
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return nil, s.err
+		return nil, s.failure(c)
 	case <-ctx.Done():
-		s.mu.Lock()
-		if s.pending != nil {
-			delete(s.pending, req.Id)
-		}
-		s.mu.Unlock()
+		s.forget(req.Id)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	select {
+	case r := <-c.reply:
+		return reply(r)
+	case <-s.done:
+		// A reply delivered just before the stream ended is still the
+		// answer: receive hands it over before it learns of the end.
+		select {
+		case r := <-c.reply:
+			return reply(r)
+		default:
+		}
+		return nil, s.failure(c)
+	case <-ctx.Done():
+		select {
+		case r := <-c.reply:
+			return reply(r)
+		default:
+		}
+		s.forget(req.Id)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func reply(r *api.CallReply) (*api.CallReply, error) {
+	if e := r.GetError(); e != nil {
+		return nil, &callError{st: status.New(codes.Code(e.Code), e.Message), kind: e.Kind}
+	}
+	return r, nil
+}
+
+// failure is why c did not get a reply from the broken stream.
+func (s *muxStream) failure(c *muxCall) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.sendErr != nil {
+		return c.sendErr
+	}
+	return s.err
+}
+
+func (s *muxStream) forget(id uint64) {
+	s.mu.Lock()
+	if s.pending != nil {
+		delete(s.pending, id)
+	}
+	s.mu.Unlock()
 }
 
 func errOr(err, otherwise error) error {

@@ -28,7 +28,20 @@ func TestCallsStreamConcurrent(t *testing.T) {
 	ctx := context.Background()
 	srv := startServer(t, server.Options{AdminToken: token})
 	secret := bytes.Repeat([]byte{5}, 32)
-	c := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, AdminToken: token})
+	var unaryExecs, streams atomic.Int32
+	count := []grpc.DialOption{
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == api.Ledger_ExecuteContract_FullMethodName || method == api.Ledger_GetTxState_FullMethodName {
+				unaryExecs.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			streams.Add(1)
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	}
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, AdminToken: token, DialOptions: count})
 	uc := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, UnaryCalls: true})
 	if err := c.RegisterSecret(ctx); err != nil {
 		t.Fatal(err)
@@ -38,6 +51,20 @@ func TestCallsStreamConcurrent(t *testing.T) {
 	}
 	const goroutines, each = 24, 15
 	var wg sync.WaitGroup
+	// A request that cannot be marshalled (a contract id that is not
+	// UTF-8) fails alone, with the unary call's code, not as a lost reply
+	// retried over and over while it breaks everyone's stream.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 3 {
+			_, err := c.Execute(ctx, "bad\xff", []byte(`{}`))
+			_, uerr := uc.Execute(ctx, "bad\xff", []byte(`{}`))
+			if codeOf(err) == codes.Unavailable || codeOf(err) == codes.OK || codeOf(err) != codeOf(uerr) {
+				t.Errorf("an unmarshallable request: %v over the stream, %v unary", err, uerr)
+			}
+		}
+	}()
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
@@ -62,6 +89,9 @@ func TestCallsStreamConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if unaryExecs.Load() != 0 || streams.Load() == 0 {
+		t.Fatalf("%d unary execute or state calls, %d streams: the calls did not go over the stream", unaryExecs.Load(), streams.Load())
+	}
 
 	// The stream's errors are the unary calls' errors.
 	for _, tc := range []struct {
@@ -191,4 +221,50 @@ func codeOf(err error) codes.Code {
 		return ce.Code
 	}
 	return codes.OK
+}
+
+// TestCallsDeadlineWhileConnecting: a server that accepts the connection
+// and never speaks holds the stream's opening; a call still ends at its
+// deadline, and Close does not wait for the opening.
+func TestCallsDeadlineWhileConnecting(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // silent until the test ends
+		}
+	}()
+	c, err := client.Dial(client.Config{Server: lis.Addr().String(), MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TxState(ctx, "n")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if codeOf(err) != codes.DeadlineExceeded {
+			t.Errorf("TxState against a silent server: %v; want DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("TxState against a silent server outlived its 300 ms deadline by 10 s")
+	}
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for the stream's opening")
+	}
 }

@@ -65,6 +65,11 @@ func (s *service) Calls(st api.Ledger_CallsServer) error {
 loop:
 	for {
 		select {
+		case <-s.closing: // first, so that a closing stream takes no more calls
+			break loop
+		default:
+		}
+		select {
 		case slots <- struct{}{}:
 		case <-s.closing:
 			break loop
