@@ -112,17 +112,22 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 		defer cancel()
 	}
 	var kind string
-	var method string
-	var h grpc.UnaryHandler
+	fail := func(err error) (any, error) {
+		var code codes.Code
+		code, kind = errorCode(err)
+		return nil, status.Error(code, err.Error())
+	}
+	method := "/kiroku.v1.Ledger/Calls"
+	h := func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.InvalidArgument, "a call carries neither execute nor get_tx_state")
+	}
 	switch c := req.Call.(type) {
 	case *api.CallRequest_Execute:
 		method = api.Ledger_ExecuteContract_FullMethodName
 		h = func(ctx context.Context, _ any) (any, error) {
 			res, err := s.l.Execute(ctx, wire.RequestFromAPI(c.Execute))
 			if err != nil {
-				var code codes.Code
-				code, kind = errorCode(err)
-				return nil, status.Error(code, err.Error())
+				return fail(err)
 			}
 			return &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}, nil
 		}
@@ -131,25 +136,12 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 		h = func(ctx context.Context, _ any) (any, error) {
 			st, err := s.l.TxState(ctx, c.GetTxState.GetNonce())
 			if err != nil {
-				var code codes.Code
-				code, kind = errorCode(err)
-				return nil, status.Error(code, err.Error())
+				return fail(err)
 			}
 			return &api.CallReply{Id: req.Id, Result: &api.CallReply_TxState{TxState: wire.TxStateToAPI(st)}}, nil
 		}
-	default:
-		method = "/kiroku.v1.Ledger/Calls"
-		h = func(context.Context, any) (any, error) {
-			return nil, status.Error(codes.InvalidArgument, "a call carries neither execute nor get_tx_state")
-		}
 	}
-	var out any
-	var err error
-	if s.observe != nil {
-		out, err = s.observe(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
-	} else {
-		out, err = h(ctx, req)
-	}
+	out, err := s.observe(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
 	if err != nil {
 		st := status.Convert(err)
 		return &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind}}}

@@ -24,8 +24,8 @@ type service struct {
 	l          *ledger.Ledger
 	adminToken string
 	key        *api.LedgerKey
-	// observe wraps each call that arrives over the Calls stream as the
-	// unary interceptor wraps a unary call (metrics, logging); nil: none.
+	// observe wraps each call that arrives over the Calls stream as it
+	// wraps a unary call (metrics, logging): the server's interceptor.
 	observe grpc.UnaryServerInterceptor
 	// closing ends the Calls streams once their received calls are
 	// answered (graceful shutdown: GracefulStop waits for streams).
