@@ -34,8 +34,9 @@
 // Commit then: publishes the worker's epoch; inserts absent records for
 // new keys (adjusting its own structure versions, as Silo does, and
 // validating each inserted record as created, since it is visible before
-// it is locked); locks the
-// write set in address order; reads the global epoch; validates the reads
+// it is locked, and a partition it created and had read as missing as
+// still empty, since the bucket's version no longer sees inserts into
+// it); locks the write set in address order; reads the global epoch; validates the reads
 // (TID unchanged, not locked by another) and the structure versions;
 // picks the smallest TID above everything read, overwritten and the
 // worker's previous TID, inside the epoch; merges partial Puts into the

@@ -235,14 +235,22 @@ func (x *tx) resolve() {
 // bumped adjusts this transaction's own structure reads after its commit
 // inserted into a structure whose version went from old to old+1, so its
 // own insert does not fail its validation (Silo does the same for node
-// versions it changed itself).
-func (x *tx) bumped(ver *atomic.Uint64, old uint64) {
+// versions it changed itself). It reports whether the transaction had
+// read the structure at old.
+func (x *tx) bumped(ver *atomic.Uint64, old uint64) bool {
+	read := false
 	for i := range x.nodes {
 		if x.nodes[i].ver == ver && x.nodes[i].v == old {
 			x.nodes[i].v = old + 1
+			read = true
 		}
 	}
+	return read
 }
+
+// testHookPartitionCreated, set only by tests, runs when a commit has just
+// created a partition, before it inserts its records.
+var testHookPartitionCreated func()
 
 // commit runs Silo's commit protocol and returns the commit epoch: the
 // transaction is committed (visible) but durable only once the durable
@@ -311,8 +319,17 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 			if p, createdP, old, err = wr.t.makePartition(wr.h, wr.pk, wr.pkeys); err != nil {
 				return 0, err
 			}
-			if createdP {
-				x.bumped(wr.t.bucketOf(wr.h), old)
+			if createdP && x.bumped(wr.t.bucketOf(wr.h), old) && p.cl != nil {
+				// This transaction read the partition as missing, which
+				// its bucket's version guarded. Now the partition is
+				// published, others can insert into it unseen by that
+				// version: validate that it is still as created, empty.
+				// (A table without clustering key has its one record
+				// noted as read below.)
+				x.nodes = append(x.nodes, nodeEntry{&p.ver, 0})
+			}
+			if createdP && testHookPartitionCreated != nil {
+				testHookPartitionCreated()
 			}
 		}
 		r, createdR, old := p.makeRecord(wr.ck)
