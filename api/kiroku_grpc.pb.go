@@ -62,6 +62,8 @@ type LedgerClient interface {
 	// stream and its headers; a message on this stream does not. A call's
 	// error is in its reply; the stream itself ends only when the server
 	// shuts down (after answering what it received) or the client closes it.
+	// A reply is at most 64 MiB: a call whose reply would be larger gets a
+	// CallError RESOURCE_EXHAUSTED (its transaction's outcome stands).
 	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
 }
 
@@ -214,6 +216,8 @@ type LedgerServer interface {
 	// stream and its headers; a message on this stream does not. A call's
 	// error is in its reply; the stream itself ends only when the server
 	// shuts down (after answering what it received) or the client closes it.
+	// A reply is at most 64 MiB: a call whose reply would be larger gets a
+	// CallError RESOURCE_EXHAUSTED (its transaction's outcome stands).
 	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
 	mustEmbedUnimplementedLedgerServer()
 }

@@ -38,6 +38,12 @@ import (
 	"github.com/kiroku-db/kiroku/wire"
 )
 
+// MaxReplyBytes is the largest reply the client accepts (gRPC's default
+// is 4 MiB): an execute's reply grows with its writes and inputs, and the
+// ledger refuses, before committing, one over its own MaxReplyBytes
+// (16 MiB by default).
+const MaxReplyBytes = 64 << 20
+
 // Config is a client's identity and server. Exactly one of Secret and
 // PrivateKeyPEM must be set (to sign requests); Certificate is needed only
 // to register the certificate.
@@ -200,7 +206,8 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes))}, cfg.DialOptions...)
 	c.conn, err = grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)

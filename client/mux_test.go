@@ -268,3 +268,69 @@ func TestCallsDeadlineWhileConnecting(t *testing.T) {
 		t.Fatal("Close waits for the stream's opening")
 	}
 }
+
+// fanout reads args.reads absent assets and writes args.writes fresh ones:
+// each proof of its reply carries the whole input set.
+const fanout = `def invoke(ledger, args):
+    for i in range(args['reads']):
+        ledger.get('input-asset-with-a-long-name-so-each-proof-is-big-%d' % i)
+    for i in range(args['writes']):
+        ledger.put('out%s-%d' % (args['run'], i), i)
+    return args['writes']
+`
+
+// TestLargeReplies: an execute whose reply is over gRPC's default 4 MiB
+// receive limit reaches the caller over the stream and over a unary call,
+// and the stream goes on serving; one whose reply would pass the ledger's
+// MaxReplyBytes is refused before it commits (too_large, nothing written,
+// recorded as aborted).
+func TestLargeReplies(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token, Limits: ledger.Limits{MaxReplyBytes: 12 << 20}})
+	secret := bytes.Repeat([]byte{6}, 32)
+	var streams atomic.Int32
+	count := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		return streamer(ctx, desc, cc, method, opts...)
+	})
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, AdminToken: token, DialOptions: []grpc.DialOption{count}})
+	uc := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, UnaryCalls: true})
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RegisterContract(ctx, "fanout", []byte(fanout)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c    *client.Client
+		name string
+	}{{c, "stream"}, {uc, "unary"}} {
+		res, err := tc.c.Execute(ctx, "fanout", fmt.Appendf(nil, `{"reads":200,"writes":400,"run":%q}`, tc.name))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		size := 0
+		for _, p := range res.Proofs {
+			for id := range p.Input {
+				size += len(id)
+			}
+		}
+		if len(res.Proofs) != 400 || size < 4<<20 {
+			t.Fatalf("%s: %d proofs, about %d bytes of input sets: the reply should be over 4 MiB", tc.name, len(res.Proofs), size)
+		}
+	}
+	// Over the ledger's limit: refused before the commit.
+	_, err := c.Execute(ctx, "fanout", []byte(`{"reads":200,"writes":1000,"run":"big"}`))
+	if !errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("a reply over MaxReplyBytes: got %v, want too_large", err)
+	}
+	if vs, err := c.History(ctx, "outbig-0", ledger.ScanRange{End: -1}); err != nil || len(vs) != 0 {
+		t.Fatalf("the refused transaction wrote outbig-0: %d versions, %v", len(vs), err)
+	}
+	if res, err := c.Execute(ctx, "fanout", []byte(`{"reads":1,"writes":1,"run":"after"}`)); err != nil || len(res.Proofs) != 1 {
+		t.Fatalf("a call after the large ones: %v", err)
+	}
+	if n := streams.Load(); n != 1 {
+		t.Errorf("the client opened %d Calls streams, want 1: a large reply broke the stream", n)
+	}
+}

@@ -28,6 +28,11 @@ type Limits struct {
 	MaxScanLimit int
 	// MaxWrites bounds the assets one transaction writes; 0 means 10,000.
 	MaxWrites int
+	// MaxReplyBytes bounds an execute's reply (result, receipt and one
+	// proof per write, each carrying the transaction's input set),
+	// estimated before the transaction commits; 0 means 16 MiB. The Go
+	// SDK accepts replies of up to client.MaxReplyBytes (64 MiB).
+	MaxReplyBytes int
 	// MaxValidateVersions bounds the versions one ValidateLedger call
 	// checks (each may re-execute a contract); 0 means 10,000. A longer
 	// range is validated in several calls.
@@ -49,6 +54,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxCallDepth, 8)
 	def(&l.MaxScanLimit, 1000)
 	def(&l.MaxWrites, 10_000)
+	def(&l.MaxReplyBytes, 16<<20)
 	def(&l.MaxValidateVersions, 10_000)
 	return l
 }

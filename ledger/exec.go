@@ -66,6 +66,9 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 		}
 		s := &txStore{ctx: ctx, tx: tx, l: l, heads: map[string]head{}, input: map[string]int64{}, writes: map[string][]byte{}}
 		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
+		if err == nil {
+			err = s.checkReply(req, out)
+		}
 		if isExecutionFailure(err) {
 			// The abort is recorded in this transaction, so it commits
 			// only if what the contract read was consistent (a failure
@@ -162,6 +165,30 @@ func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
 	s.input[id] = h.age
 	return s.l.scanVersions(s.ctx, s.tx, id, h.age, r)
 }
+
+// checkReply refuses, before anything is written, a transaction whose
+// reply would exceed MaxReplyBytes: every proof carries the whole input
+// set, so the reply grows with writes × inputs, and a reply too big for
+// the client would be lost after the commit.
+func (s *txStore) checkReply(req *Request, result []byte) error {
+	inputs := 0
+	for id := range s.input {
+		inputs += len(id) + 12
+	}
+	n := 256 + len(result) + inputs // the receipt
+	for id := range s.writes {
+		n += 2*len(id) + 12 + proofOverhead + len(req.Nonce) + inputs
+	}
+	if n > s.l.lim.MaxReplyBytes {
+		return fmt.Errorf("%w: the reply would be about %d bytes (%d proofs, each with %d inputs), limit %d",
+			ErrTooLarge, n, len(s.writes), len(s.input), s.l.lim.MaxReplyBytes)
+	}
+	return nil
+}
+
+// proofOverhead bounds a proof's fixed fields: age, two SHA-256 hashes,
+// an ECDSA P-256 signature in ASN.1 (at most 72 bytes) and field tags.
+const proofOverhead = 8 + 2*(32+2) + 72 + 16
 
 // commit turns the transaction's writes into hash-chained versions, writes
 // them with their heads and the committed state, and returns the proofs.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/wire"
@@ -19,6 +20,12 @@ import (
 // the server stops reading the stream, and HTTP/2 flow control holds the
 // client back.
 const maxStreamCalls = 1024
+
+// maxCallReply is the largest reply a Calls stream carries: the Go SDK's
+// receive limit (client.MaxReplyBytes). A larger one would fail the
+// client's receive and so the whole stream; the call gets
+// RESOURCE_EXHAUSTED instead, which is what a unary call gets.
+var maxCallReply = 64 << 20 // a variable for tests
 
 // Calls serves ExecuteContract and GetTxState calls multiplexed over one
 // stream. Each call runs on its own goroutine, as a unary call would; one
@@ -129,7 +136,13 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 			if err != nil {
 				return fail(err)
 			}
-			return &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}, nil
+			out := &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}
+			if n := proto.Size(out); n > maxCallReply {
+				// Sent, it would end the stream of every caller sharing it.
+				return nil, status.Errorf(codes.ResourceExhausted, "the reply of committed transaction %s is %d bytes, more than the %d a Calls stream carries: read its outcome with GetTxState and its proofs with GetProof",
+					c.Execute.GetNonce(), n, maxCallReply)
+			}
+			return out, nil
 		}
 	case *api.CallRequest_GetTxState:
 		method = api.Ledger_GetTxState_FullMethodName
