@@ -66,8 +66,20 @@ func (s *service) Calls(st api.Ledger_CallsServer) error {
 		sent <- err
 	}()
 
+	// Calls run on workers that outlive them: a goroutine per call paid
+	// for growing its stack to what an execute needs every time (as
+	// grpc.NumStreamWorkers does for unary calls). A call goes to an idle
+	// worker if there is one, else to a new one; there are at most
+	// maxStreamCalls, and they end with the stream.
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, maxStreamCalls)
+	work := make(chan *api.CallRequest)
+	serve := func(req *api.CallRequest) {
+		replies <- s.call(ctx, req)
+		inflight.Done()
+		<-slots
+	}
+	var workers sync.WaitGroup
 	var err error
 loop:
 	for {
@@ -86,11 +98,18 @@ loop:
 		select {
 		case req := <-reqs:
 			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				replies <- s.call(ctx, req)
-				<-slots
-			}()
+			select {
+			case work <- req:
+			default:
+				workers.Add(1)
+				go func() {
+					defer workers.Done()
+					serve(req)
+					for req := range work {
+						serve(req)
+					}
+				}()
+			}
 		case err = <-recvErr:
 			break loop
 		case <-s.closing:
@@ -100,6 +119,8 @@ loop:
 		}
 	}
 	inflight.Wait()
+	close(work)
+	workers.Wait()
 	close(replies)
 	if serr := <-sent; serr != nil {
 		return serr
