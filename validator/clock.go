@@ -13,7 +13,12 @@ import (
 type ClockConfig struct {
 	// Counters is K, the counter records the clock table holds. Callers
 	// are spread over them round-robin; fewer counters mean shorter scans
-	// and more writers per counter. 0 means 16.
+	// and more writers per counter. 0 means 4: every clock scans all K,
+	// and on the engine a begin and end clock cost about 14, 22 and 40 µs
+	// of CPU at K=1, 4 and 16 with 64 concurrent callers (one counter
+	// write is shorter than the scan, so contention cost little even at
+	// K=1); K=4 keeps some spread for many processes on a remote
+	// database.
 	Counters int
 	// ScanEvery is N: a begin clock scans the table only every Nth time
 	// and otherwise takes one more than the highest value this process has
@@ -24,13 +29,13 @@ type ClockConfig struct {
 
 func (c ClockConfig) withDefaults() (ClockConfig, error) {
 	if c.Counters < 0 || c.Counters > 4096 {
-		return c, fmt.Errorf("%w: clock counters %d; want 1–4096 (0 for 16)", ErrConfig, c.Counters)
+		return c, fmt.Errorf("%w: clock counters %d; want 1–4096 (0 for 4)", ErrConfig, c.Counters)
 	}
 	if c.ScanEvery < 0 {
 		return c, fmt.Errorf("%w: clock scan-every %d is negative", ErrConfig, c.ScanEvery)
 	}
 	if c.Counters == 0 {
-		c.Counters = 16
+		c.Counters = 4
 	}
 	if c.ScanEvery == 0 {
 		c.ScanEvery = 1
