@@ -64,9 +64,11 @@ var (
 type Value struct {
 	typ  DataType
 	null bool
-	i    int64   // BIGINT; TIMESTAMP as microseconds since the Unix epoch; BOOLEAN as 0/1
-	f    float64 // DOUBLE
-	s    string  // TEXT and BLOB
+	// i is BIGINT; TIMESTAMP as microseconds since the Unix epoch; BOOLEAN
+	// as 0/1; DOUBLE as its IEEE-754 bits (one word for both keeps a Value
+	// at 32 bytes, which rows and maps of values hold by the million).
+	i int64
+	s string // TEXT and BLOB
 }
 
 // Bool, BigInt, Double, Text, Blob and Timestamp make non-NULL values.
@@ -79,7 +81,7 @@ func Bool(b bool) Value {
 }
 
 func BigInt(i int64) Value   { return Value{typ: TypeBigInt, i: i} }
-func Double(f float64) Value { return Value{typ: TypeDouble, f: f} }
+func Double(f float64) Value { return Value{typ: TypeDouble, i: int64(math.Float64bits(f))} }
 func Text(s string) Value    { return Value{typ: TypeText, s: s} }
 func Blob(b []byte) Value    { return Value{typ: TypeBlob, s: string(b)} }
 
@@ -113,9 +115,6 @@ func NullOf(t DataType) Value { return Value{typ: t, null: true} }
 // BIGINT, TIMESTAMP (microseconds) and DOUBLE (IEEE-754), or as s for TEXT
 // and BLOB.
 func (v *Value) Payload() (t DataType, null bool, bits uint64, s string) {
-	if v.typ == TypeDouble {
-		return v.typ, v.null, math.Float64bits(v.f), v.s
-	}
 	return v.typ, v.null, uint64(v.i), v.s
 }
 
@@ -129,7 +128,7 @@ func (v Value) IsNull() bool { return v.null || v.typ == 0 }
 // like a failed type assertion, because that is a bug in the caller.
 func (v Value) AsBool() bool      { v.must(TypeBoolean); return v.i != 0 }
 func (v Value) AsBigInt() int64   { v.must(TypeBigInt); return v.i }
-func (v Value) AsDouble() float64 { v.must(TypeDouble); return v.f }
+func (v Value) AsDouble() float64 { v.must(TypeDouble); return v.double() }
 func (v Value) AsText() string    { v.must(TypeText); return v.s }
 func (v Value) AsBlob() []byte    { v.must(TypeBlob); return []byte(v.s) }
 func (v Value) AsTime() time.Time { v.must(TypeTimestamp); return time.UnixMicro(v.i).UTC() }
@@ -178,7 +177,8 @@ func Compare(a, b Value) int {
 	}
 	switch a.typ {
 	case TypeDouble:
-		an, bn := math.IsNaN(a.f), math.IsNaN(b.f)
+		af, bf := a.double(), b.double()
+		an, bn := math.IsNaN(af), math.IsNaN(bf)
 		switch {
 		case an && bn:
 			return 0
@@ -187,13 +187,16 @@ func Compare(a, b Value) int {
 		case bn:
 			return -1
 		}
-		return cmp.Compare(a.f, b.f)
+		return cmp.Compare(af, bf)
 	case TypeText, TypeBlob:
 		return strings.Compare(a.s, b.s)
 	default:
 		return cmp.Compare(a.i, b.i)
 	}
 }
+
+// double is a DOUBLE's number, from its bits.
+func (v Value) double() float64 { return math.Float64frombits(uint64(v.i)) }
 
 // String formats the value for messages and debugging.
 func (v Value) String() string {
@@ -206,7 +209,7 @@ func (v Value) String() string {
 	case TypeBigInt:
 		return fmt.Sprint(v.i)
 	case TypeDouble:
-		return fmt.Sprint(v.f)
+		return fmt.Sprint(v.double())
 	case TypeText:
 		return fmt.Sprintf("%q", v.s)
 	case TypeBlob:
