@@ -14,14 +14,7 @@ func BenchmarkClockEnd(b *testing.B) {
 	for _, k := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			ctx := context.Background()
-			db := openEngineDB(b)
-			if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
-				b.Fatal(err)
-			}
-			c, err := newClock(ctx, db, DefaultNamespace, ClockConfig{Counters: k, ScanEvery: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
+			c := benchClock(b, k)
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := c.End(ctx); err != nil {
@@ -40,14 +33,7 @@ func BenchmarkClockParallel(b *testing.B) {
 	for _, k := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			ctx := context.Background()
-			db := openEngineDB(b)
-			if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
-				b.Fatal(err)
-			}
-			c, err := newClock(ctx, db, DefaultNamespace, ClockConfig{Counters: k, ScanEvery: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
+			c := benchClock(b, k)
 			b.SetParallelism(64 / runtime.GOMAXPROCS(0))
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -64,4 +50,18 @@ func BenchmarkClockParallel(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchClock is a clock of k counters on a fresh engine database.
+func benchClock(b *testing.B, k int) *Clock {
+	ctx := context.Background()
+	db := openEngineDB(b)
+	if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
+		b.Fatal(err)
+	}
+	c, err := newClock(ctx, db, DefaultNamespace, ClockConfig{Counters: k, ScanEvery: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
