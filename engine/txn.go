@@ -250,7 +250,7 @@ func (x *tx) bumped(ver *atomic.Uint64, old uint64) bool {
 
 // testHookPartitionCreated, set only by tests, runs when a commit has just
 // created a partition, before it inserts its records.
-var testHookPartitionCreated func()
+var testHookPartitionCreated atomic.Pointer[func()]
 
 // commit runs Silo's commit protocol and returns the commit epoch: the
 // transaction is committed (visible) but durable only once the durable
@@ -328,8 +328,8 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 				// noted as read below.)
 				x.nodes = append(x.nodes, nodeEntry{&p.ver, 0})
 			}
-			if createdP && testHookPartitionCreated != nil {
-				testHookPartitionCreated()
+			if hook := testHookPartitionCreated.Load(); createdP && hook != nil {
+				(*hook)()
 			}
 		}
 		r, createdR, old := p.makeRecord(wr.ck)

@@ -80,7 +80,7 @@ func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 
 			var otherErr error
 			ran := false
-			testHookPartitionCreated = func() {
+			hook := func() {
 				if ran {
 					return
 				}
@@ -100,7 +100,8 @@ func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 					return other.Commit(ctx)
 				}()
 			}
-			defer func() { testHookPartitionCreated = nil }()
+			testHookPartitionCreated.Store(&hook)
+			defer testHookPartitionCreated.Store(nil)
 
 			err = creator.Commit(ctx)
 			if !ran {

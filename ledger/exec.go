@@ -171,24 +171,42 @@ func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
 // set, so the reply grows with writes × inputs, and a reply too big for
 // the client would be lost after the commit.
 func (s *txStore) checkReply(req *Request, result []byte) error {
-	inputs := 0
-	for id := range s.input {
-		inputs += len(id) + 12
-	}
-	n := 256 + len(result) + inputs // the receipt
-	for id := range s.writes {
-		n += 2*len(id) + 12 + proofOverhead + len(req.Nonce) + inputs
-	}
-	if n > s.l.lim.MaxReplyBytes {
-		return fmt.Errorf("%w: the reply would be about %d bytes (%d proofs, each with %d inputs), limit %d",
+	if n := ReplyBound(req, result, s.input, s.writes); n > s.l.lim.MaxReplyBytes {
+		return fmt.Errorf("%w: the reply would be up to %d bytes (%d proofs, each with %d inputs), limit %d",
 			ErrTooLarge, n, len(s.writes), len(s.input), s.l.lim.MaxReplyBytes)
 	}
 	return nil
 }
 
-// proofOverhead bounds a proof's fixed fields: age, two SHA-256 hashes,
-// an ECDSA P-256 signature in ASN.1 (at most 72 bytes) and field tags.
-const proofOverhead = 8 + 2*(32+2) + 72 + 16
+// ReplyBound bounds the encoded size of the reply to req, whose contract
+// returned result, read input and wrote the assets of writes: the receipt
+// and one proof per write, each carrying the whole input set. The ledger
+// refuses a transaction whose bound passes Limits.MaxReplyBytes.
+func ReplyBound[V any](req *Request, result []byte, input map[string]int64, writes map[string]V) int {
+	inputs := 0
+	for id := range input {
+		inputs += len(id) + entryOverhead
+	}
+	// The receipt: nonce, contract, result, input set, writes, signature.
+	n := len(req.Nonce) + len(req.ContractID) + len(result) + inputs + sigBytes + 64
+	for id := range writes {
+		n += len(id) + entryOverhead // the receipt's writes
+		n += len(id) + len(req.Nonce) + inputs + proofOverhead
+	}
+	return n
+}
+
+// Bounds of the protobuf encoding of a reply's parts, beyond their
+// strings' bytes: sigBytes is an ECDSA P-256 signature in ASN.1 (at most
+// 72 bytes) with its tag and length; entryOverhead is an id→age entry's
+// tags and lengths (an id's length takes at most 2 bytes) and its age (a
+// varint, 10 bytes for the -1 of an absent input); proofOverhead is a
+// proof's age, two SHA-256 hashes, signature and field tags and lengths.
+const (
+	sigBytes      = 72 + 3
+	entryOverhead = 3 + 2 + 1 + 10 + 1
+	proofOverhead = 11 + 2*(32+2) + sigBytes + 3*3 + 4
+)
 
 // commit turns the transaction's writes into hash-chained versions, writes
 // them with their heads and the committed state, and returns the proofs.

@@ -28,8 +28,8 @@ const maxStreamCalls = 1024
 var maxCallReply = 64 << 20 // a variable for tests
 
 // Calls serves ExecuteContract and GetTxState calls multiplexed over one
-// stream. Each call runs on its own goroutine, as a unary call would; one
-// goroutine sends the replies, since a stream's Send is not safe for
+// stream. Calls run concurrently, as unary calls would; one goroutine
+// sends the replies, since a stream's Send is not safe for
 // concurrent use. On shutdown (s.closing) it stops taking calls, answers
 // the ones it took, and ends the stream; calls the client sent meanwhile
 // are not executed, and the client sees the stream end before their reply
@@ -70,7 +70,9 @@ func (s *service) Calls(st api.Ledger_CallsServer) error {
 	// for growing its stack to what an execute needs every time (as
 	// grpc.NumStreamWorkers does for unary calls). A call goes to an idle
 	// worker if there is one, else to a new one; there are at most
-	// maxStreamCalls, and they end with the stream.
+	// maxStreamCalls, and they end with the stream. (A worker frees its
+	// slot just before it waits for work again, so a call can find a slot
+	// but no idle worker yet; at the cap it waits for one.)
 	var inflight sync.WaitGroup
 	slots := make(chan struct{}, maxStreamCalls)
 	work := make(chan *api.CallRequest)
@@ -80,6 +82,7 @@ func (s *service) Calls(st api.Ledger_CallsServer) error {
 		<-slots
 	}
 	var workers sync.WaitGroup
+	nworkers := 0
 	var err error
 loop:
 	for {
@@ -98,9 +101,14 @@ loop:
 		select {
 		case req := <-reqs:
 			inflight.Add(1)
+			if nworkers == maxStreamCalls {
+				work <- req
+				break
+			}
 			select {
 			case work <- req:
 			default:
+				nworkers++
 				workers.Add(1)
 				go func() {
 					defer workers.Done()

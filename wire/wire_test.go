@@ -1,9 +1,13 @@
 package wire
 
 import (
+	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/ledger"
 )
@@ -15,6 +19,50 @@ func TestEveryKindHasACode(t *testing.T) {
 	for _, k := range ledger.Kinds() {
 		if c := Code(k); c == codes.Internal || c == codes.OK || c == codes.Unknown {
 			t.Errorf("kind %s maps to %v", k, c)
+		}
+	}
+}
+
+// TestReplyBound: the bound the ledger checks before it commits is at
+// least the encoded size of the reply, for short and 128-byte ids,
+// absent inputs (age -1, a 10-byte varint) and present ones, one write or
+// many, and the largest signatures (ECDSA P-256, 72 bytes).
+func TestReplyBound(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		idLen            int
+		age              int64
+		inputs, writes   int
+		nonceLen, resLen int
+	}{
+		{"short ids, absent inputs", 4, -1, 300, 50, 32, 10},
+		{"long ids, absent inputs", 128, -1, 200, 40, 128, 0},
+		{"long ids, old present inputs", 128, 1 << 62, 200, 40, 128, 1000},
+		{"no inputs, many writes", 128, 0, 0, 2000, 128, 64 << 10},
+		{"one write", 1, 0, 1, 1, 1, 1},
+	} {
+		id := func(prefix string, i int) string {
+			s := fmt.Sprintf("%s%d-", prefix, i)
+			return s + strings.Repeat("x", max(0, tc.idLen-len(s)))
+		}
+		req := &ledger.Request{Nonce: strings.Repeat("n", tc.nonceLen), ContractID: strings.Repeat("c", 128)}
+		result := bytes.Repeat([]byte("r"), tc.resLen)
+		input := map[string]int64{}
+		for i := range tc.inputs {
+			input[id("in", i)] = tc.age
+		}
+		writes := map[string]int64{}
+		res := &ledger.Result{Receipt: ledger.Receipt{Nonce: req.Nonce, Contract: req.ContractID, Input: input, Writes: writes,
+			Result: result, Signature: make([]byte, 72)}}
+		for i := range tc.writes {
+			w := id("out", i)
+			writes[w] = 1<<63 - 1
+			res.Proofs = append(res.Proofs, ledger.Proof{ID: w, Age: 1<<63 - 1, Nonce: req.Nonce, Input: input,
+				Hash: make([]byte, 32), PrevHash: make([]byte, 32), Signature: make([]byte, 72)})
+		}
+		size := proto.Size(ResultToAPI(res))
+		if bound := ledger.ReplyBound(req, result, input, writes); bound < size {
+			t.Errorf("%s: bound %d bytes, reply %d", tc.name, bound, size)
 		}
 	}
 }
