@@ -191,9 +191,8 @@ func TestRegistrationDisabledWithoutToken(t *testing.T) {
 // TestLostReplyIsRecovered drops the first reply of every execute after the
 // server committed it: the client retries with the same nonce, finds it
 // used, and returns the committed result and proofs from the ledger's
-// record — the contract ran once.
-// TestLostReplyIsRecovered loses every other execute reply, over unary
-// calls and over the Calls stream (where a lost reply is the stream
+// record — the contract ran once. Every other execute reply is lost, over
+// unary calls and over the Calls stream (where a lost reply is the stream
 // breaking under the calls waiting on it).
 func TestLostReplyIsRecovered(t *testing.T) {
 	for _, unary := range []bool{true, false} {

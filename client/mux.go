@@ -231,8 +231,11 @@ func (m *mux) do(ctx context.Context, req *api.CallRequest) (*api.CallReply, err
 		return nil, errMuxOff
 	}
 	s, err := m.stream(ctx)
-	if err != nil || s == nil {
-		return nil, errOr(err, errMuxOff)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, errMuxOff
 	}
 	c := &muxCall{req: req, reply: make(chan *api.CallReply, 1)}
 	s.mu.Lock()
@@ -302,13 +305,6 @@ func (s *muxStream) forget(id uint64) {
 		delete(s.pending, id)
 	}
 	s.mu.Unlock()
-}
-
-func errOr(err, otherwise error) error {
-	if err != nil {
-		return err
-	}
-	return otherwise
 }
 
 // callError is a call's error from a Calls reply: the status a unary call

@@ -36,10 +36,7 @@ func TestCallsStreamConcurrent(t *testing.T) {
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			streams.Add(1)
-			return streamer(ctx, desc, cc, method, opts...)
-		}),
+		countStreams(&streams),
 	}
 	c := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, AdminToken: token, DialOptions: count})
 	uc := dial(t, client.Config{Server: srv.Addr(), Entity: "carol", Secret: secret, UnaryCalls: true})
@@ -289,11 +286,8 @@ func TestLargeReplies(t *testing.T) {
 	srv := startServer(t, server.Options{AdminToken: token, Limits: ledger.Limits{MaxReplyBytes: 12 << 20}})
 	secret := bytes.Repeat([]byte{6}, 32)
 	var streams atomic.Int32
-	count := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		streams.Add(1)
-		return streamer(ctx, desc, cc, method, opts...)
-	})
-	c := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, AdminToken: token, DialOptions: []grpc.DialOption{count}})
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, AdminToken: token,
+		DialOptions: []grpc.DialOption{countStreams(&streams)}})
 	uc := dial(t, client.Config{Server: srv.Addr(), Entity: "dave", Secret: secret, UnaryCalls: true})
 	if err := c.RegisterSecret(ctx); err != nil {
 		t.Fatal(err)
@@ -320,9 +314,15 @@ func TestLargeReplies(t *testing.T) {
 		}
 	}
 	// Over the ledger's limit: refused before the commit.
-	_, err := c.Execute(ctx, "fanout", []byte(`{"reads":200,"writes":1000,"run":"big"}`))
-	if !errors.Is(err, ledger.ErrTooLarge) {
+	big, err := c.NewRequest("fanout", []byte(`{"reads":200,"writes":1000,"run":"big"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ExecuteRequest(ctx, big); !errors.Is(err, ledger.ErrTooLarge) {
 		t.Fatalf("a reply over MaxReplyBytes: got %v, want too_large", err)
+	}
+	if st, err := c.TxState(ctx, big.Nonce); err != nil || st.Status != ledger.TxAborted || st.Kind != "too_large" {
+		t.Fatalf("the refused transaction's state: %+v, %v; want aborted, too_large", st, err)
 	}
 	if vs, err := c.History(ctx, "outbig-0", ledger.ScanRange{End: -1}); err != nil || len(vs) != 0 {
 		t.Fatalf("the refused transaction wrote outbig-0: %d versions, %v", len(vs), err)
@@ -333,4 +333,12 @@ func TestLargeReplies(t *testing.T) {
 	if n := streams.Load(); n != 1 {
 		t.Errorf("the client opened %d Calls streams, want 1: a large reply broke the stream", n)
 	}
+}
+
+// countStreams counts the streams a client opens.
+func countStreams(n *atomic.Int32) grpc.DialOption {
+	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		n.Add(1)
+		return streamer(ctx, desc, cc, method, opts...)
+	})
 }

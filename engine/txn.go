@@ -319,17 +319,19 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 			if p, createdP, old, err = wr.t.makePartition(wr.h, wr.pk, wr.pkeys); err != nil {
 				return 0, err
 			}
-			if createdP && x.bumped(wr.t.bucketOf(wr.h), old) && p.cl != nil {
-				// This transaction read the partition as missing, which
-				// its bucket's version guarded. Now the partition is
-				// published, others can insert into it unseen by that
-				// version: validate that it is still as created, empty.
-				// (A table without clustering key has its one record
-				// noted as read below.)
-				x.nodes = append(x.nodes, nodeEntry{&p.ver, 0})
-			}
-			if hook := testHookPartitionCreated.Load(); createdP && hook != nil {
-				(*hook)()
+			if createdP {
+				if x.bumped(wr.t.bucketOf(wr.h), old) && p.cl != nil {
+					// This transaction read the partition as missing,
+					// which its bucket's version guarded. Now the
+					// partition is published, others can insert into it
+					// unseen by that version: validate that it is still
+					// as created, empty. (A table without clustering key
+					// has its one record noted as read below.)
+					x.nodes = append(x.nodes, nodeEntry{&p.ver, 0})
+				}
+				if hook := testHookPartitionCreated.Load(); hook != nil {
+					(*hook)()
+				}
 			}
 		}
 		r, createdR, old := p.makeRecord(wr.ck)

@@ -187,10 +187,10 @@ func ReplyBound[V any](req *Request, result []byte, input map[string]int64, writ
 	for id := range input {
 		inputs += len(id) + entryOverhead
 	}
-	// The receipt: nonce, contract, result, input set, writes, signature.
+	// The receipt (its writes travel as the proofs): nonce, contract,
+	// result, input set, signature.
 	n := len(req.Nonce) + len(req.ContractID) + len(result) + inputs + sigBytes + 64
 	for id := range writes {
-		n += len(id) + entryOverhead // the receipt's writes
 		n += len(id) + len(req.Nonce) + inputs + proofOverhead
 	}
 	return n

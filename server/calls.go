@@ -69,20 +69,20 @@ func (s *service) Calls(st api.Ledger_CallsServer) error {
 	// Calls run on workers that outlive them: a goroutine per call paid
 	// for growing its stack to what an execute needs every time (as
 	// grpc.NumStreamWorkers does for unary calls). A call goes to an idle
-	// worker if there is one, else to a new one; there are at most
-	// maxStreamCalls, and they end with the stream. (A worker frees its
-	// slot just before it waits for work again, so a call can find a slot
-	// but no idle worker yet; at the cap it waits for one.)
-	var inflight sync.WaitGroup
-	slots := make(chan struct{}, maxStreamCalls)
+	// worker if there is one, else to a new one; past maxStreamCalls
+	// workers it waits for one to be free, and while it waits the stream
+	// is not read, so HTTP/2 flow control holds the client back. Workers
+	// end with the stream, each after answering the call it holds.
 	work := make(chan *api.CallRequest)
-	serve := func(req *api.CallRequest) {
-		replies <- s.call(ctx, req)
-		inflight.Done()
-		<-slots
-	}
 	var workers sync.WaitGroup
 	nworkers := 0
+	worker := func(req *api.CallRequest) {
+		defer workers.Done()
+		replies <- s.call(ctx, req)
+		for req := range work {
+			replies <- s.call(ctx, req)
+		}
+	}
 	var err error
 loop:
 	for {
@@ -92,31 +92,17 @@ loop:
 		default:
 		}
 		select {
-		case slots <- struct{}{}:
-		case <-s.closing:
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-		select {
 		case req := <-reqs:
-			inflight.Add(1)
-			if nworkers == maxStreamCalls {
-				work <- req
-				break
-			}
 			select {
 			case work <- req:
 			default:
+				if nworkers == maxStreamCalls {
+					work <- req
+					break
+				}
 				nworkers++
 				workers.Add(1)
-				go func() {
-					defer workers.Done()
-					serve(req)
-					for req := range work {
-						serve(req)
-					}
-				}()
+				go worker(req)
 			}
 		case err = <-recvErr:
 			break loop
@@ -126,7 +112,6 @@ loop:
 			break loop
 		}
 	}
-	inflight.Wait()
 	close(work)
 	workers.Wait()
 	close(replies)

@@ -167,10 +167,10 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
+	observe := m.interceptor(o.Logger)
 	// Stream workers reuse goroutines whose stacks have already grown to
 	// the depth of an execute; a fresh goroutine per call spent ~8% of the
 	// CPU copying stacks under load.
-	observe := m.interceptor(o.Logger)
 	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(observe),
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
 	r.closing = make(chan struct{})
@@ -213,9 +213,7 @@ func (r *Running) Stop(grace time.Duration) error {
 
 func (r *Running) stop(grace time.Duration) error {
 	stopped := make(chan struct{})
-	if r.closing != nil {
-		close(r.closing) // Calls streams end once their calls are answered
-	}
+	close(r.closing) // Calls streams end once their calls are answered
 	go func() { r.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
