@@ -31,6 +31,9 @@ type EngineConfig struct {
 	Log         string
 	Epoch       time.Duration
 	Duration    time.Duration
+	// LogBuffer is the size at which a worker hands its log buffer to the
+	// logger (engine.Config.LogBufferSize); 0 keeps the engine's default.
+	LogBuffer int
 	Dir         string // parent of the run's data directory
 	// Recovery checkpoints after the load, runs the workload, closes the
 	// engine and times reopening it: loading the checkpoint and replaying
@@ -105,6 +108,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	// Each of the --threads clients pins a worker, as a Silo thread owns
 	// one; sync clients share the rest, as a server's requests do.
 	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers()}
+	ecfg.LogBufferSize = cfg.LogBuffer
 	if cfg.Recovery {
 		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
 	}

@@ -64,10 +64,13 @@
 // epoch. A committer that waits on the open epoch asks the next idle
 // logger to close it at once, so a lone client waits for one log write and
 // fsync rather than an epoch, and under load committers pile into the
-// epoch being closed while the previous fsync runs (group commit). When
-// several committers asked since the last close, the logger first yields
-// the processor once, so that runnable committers join the epoch before
-// it closes (logger.yieldToCommitters).
+// epoch being closed while the previous fsync runs (group commit). Before
+// an early close the logger lingers (logger.linger): it yields once if
+// several committers asked since the last close, and, when more
+// committers have recently waited at once than wait now, it holds the
+// close until as many wait or a bound passes (three times the recent
+// write-and-fsync time, at most Config.CommitDelay). A lone committer is
+// never held.
 //
 // LogSink is the seam for replication: the write-ahead log (package wal,
 // batch policy) implements it today; a Raft group will implement it with

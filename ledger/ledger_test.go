@@ -24,7 +24,7 @@ import (
 
 // fixture is a ledger on a real backend with one HMAC and one ECDSA client.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	b       storage.Backend
 	l       *Ledger
 	hmac    client
@@ -38,7 +38,7 @@ type client struct {
 	signer auth.Signer
 }
 
-func openEngine(t *testing.T) storage.Backend {
+func openEngine(t testing.TB) storage.Backend {
 	db, err := engine.Open(engine.Config{Dir: t.TempDir(), EpochInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
