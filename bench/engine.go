@@ -34,7 +34,7 @@ type EngineConfig struct {
 	// LogBuffer is the size at which a worker hands its log buffer to the
 	// logger (engine.Config.LogBufferSize); 0 keeps the engine's default.
 	LogBuffer int
-	Dir         string // parent of the run's data directory
+	Dir       string // parent of the run's data directory
 	// Recovery checkpoints after the load, runs the workload, closes the
 	// engine and times reopening it: loading the checkpoint and replaying
 	// the log written during the run. With Log "none" it does nothing: an
