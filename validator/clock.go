@@ -54,14 +54,21 @@ type Clock struct {
 	next atomic.Uint64 // round-robin over the counters
 	ops  atomic.Uint64 // begin clocks taken, for ScanEvery
 	seen atomic.Int64  // the highest value this process has read or written
+	// scan reads every counter and slots[i] is counter i's clustering key:
+	// built once, as backends only read a request.
+	scan  *storage.Scan
+	slots []storage.Values
 }
 
 func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
 	db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
-	c := &Clock{db: db, ns: ns, cfg: cfg}
+	part := storage.Values{"bucket": storage.Text(clockBucket)}
+	c := &Clock{db: db, ns: ns, cfg: cfg,
+		scan: &storage.Scan{Namespace: ns, Table: tClock, Partition: part, Projection: []string{"value"}}}
 	for i := range cfg.Counters {
-		err := db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
-			Clustering: storage.Values{"counter": storage.BigInt(int64(i))}, Values: storage.Values{"value": storage.BigInt(0)},
+		c.slots = append(c.slots, storage.Values{"counter": storage.BigInt(int64(i))})
+		err := db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: part,
+			Clustering: c.slots[i], Values: storage.Values{"value": storage.BigInt(0)},
 			Condition: storage.IfNotExists()})
 		if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 			return nil, fmt.Errorf("validator: creating clock counter %d: %w", i, err)
@@ -95,9 +102,9 @@ func (c *Clock) End(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	t := latest + 1
-	slot := int64(c.next.Add(1) % uint64(c.cfg.Counters))
-	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: storage.Values{"bucket": storage.Text(clockBucket)},
-		Clustering: storage.Values{"counter": storage.BigInt(slot)}, Values: storage.Values{"value": storage.BigInt(t)},
+	slot := c.next.Add(1) % uint64(c.cfg.Counters)
+	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition,
+		Clustering: c.slots[slot], Values: storage.Values{"value": storage.BigInt(t)},
 		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
 	// ErrConditionNotMet: another caller already raised the counter past
 	// t, which a scan will see as well.
@@ -125,8 +132,7 @@ func (c *Clock) see(t int64) {
 func (c *Clock) latest(ctx context.Context) (int64, error) {
 	var m int64
 	err := retry(ctx, func() error {
-		rows, err := c.db.Scan(ctx, &storage.Scan{Namespace: c.ns, Table: tClock,
-			Partition: storage.Values{"bucket": storage.Text(clockBucket)}, Projection: []string{"value"}})
+		rows, err := c.db.Scan(ctx, c.scan)
 		if err != nil {
 			return err
 		}
