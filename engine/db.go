@@ -156,6 +156,8 @@ type DB struct {
 	// logger closes the epoch early. hurries counts those requests.
 	want    atomic.Bool
 	hurries atomic.Uint64
+	// wantEpoch is the highest epoch a committer asked to close.
+	wantEpoch atomic.Uint64
 	// waiting is the committers in WaitDurable that asked for a close and
 	// whose epoch is not durable yet (the sum of the waiters' n); the
 	// loggers' linger reads it.
@@ -293,6 +295,7 @@ func (db *DB) fail(err error) {
 		db.release(e, ws)
 	}
 	db.wmu.Unlock()
+	db.wakeLoggers() // one lingering stops at once
 	for _, lg := range db.loggers {
 		lg.release(0) // committers throttled on a logger that no longer drains
 	}
@@ -393,8 +396,8 @@ type waitSet struct {
 
 // release wakes the waiters of epoch e. Called with wmu held.
 func (db *DB) release(e uint64, ws *waitSet) {
+	db.waiting.Add(-ws.n) // before the waiters run: one may commit and wait again
 	close(ws.ch)
-	db.waiting.Add(-ws.n)
 	delete(db.waiters, e)
 }
 
@@ -434,6 +437,12 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	}
 	db.wmu.Unlock()
 	if asks {
+		for {
+			w := db.wantEpoch.Load()
+			if w >= e || db.wantEpoch.CompareAndSwap(w, e) {
+				break
+			}
+		}
 		db.hurries.Add(1)
 		db.want.Store(true)
 		db.wakeLoggers()

@@ -70,7 +70,7 @@
 // committers have recently waited at once than wait now, it holds the
 // close until as many wait or a bound passes (three times the recent
 // write-and-fsync time, at most Config.CommitDelay). A lone committer is
-// never held.
+// not held (at most once, right after a burst of others).
 //
 // LogSink is the seam for replication: the write-ahead log (package wal,
 // batch policy) implements it today; a Raft group will implement it with

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,25 +49,25 @@ func TestLoneCommitterNeverLingers(t *testing.T) {
 	if n := db.loggers[0].lingers.Load(); n != 0 {
 		t.Fatalf("a lone committer was held %d times", n)
 	}
+	// The positive control: the same engine holds a lone committer once
+	// after a burst (TestLingerBoundReleases).
 }
 
-// TestLingerHoldsCloseForArrivingCommitters: once four committers have
-// waited at once, a committer waiting alone is held until as many as the
-// decayed peak (three) wait, and all of them are then made durable by the
-// same close. Nothing is released early, and the waiting count returns to
-// zero.
-func TestLingerHoldsCloseForArrivingCommitters(t *testing.T) {
-	db, commit := lingerDB(t, time.Minute)
-	lg := db.loggers[0]
-
-	// Four committers waiting together set the peak: the logger is held
-	// before it reads the count until all four wait.
+// setPeak makes four committers wait at once, holding the logger (once)
+// until all four wait, so that its peak of waiting committers is four.
+func setPeak(t *testing.T, db *DB, commit func(int64) error) {
+	t.Helper()
+	var once atomic.Bool
 	hold := func() {
+		if once.Swap(true) {
+			return
+		}
 		for deadline := time.Now().Add(10 * time.Second); db.waiting.Load() < 4 && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 	}
 	testHookLinger.Store(&hold)
+	defer testHookLinger.Store(nil)
 	var wg sync.WaitGroup
 	for k := range 4 {
 		wg.Go(func() {
@@ -76,26 +77,44 @@ func TestLingerHoldsCloseForArrivingCommitters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	testHookLinger.Store(nil)
-	if t.Failed() {
-		return
+	if lg := db.loggers[0]; lg.peakWaiting.Load() != 4 || lg.lingers.Load() != 0 {
+		t.Fatalf("after four waited together: peak %d, holds %d; want 4 and 0", lg.peakWaiting.Load(), lg.lingers.Load())
 	}
-	if lg.peakWaiting != 4 || lg.lingers.Load() != 0 {
-		t.Fatalf("after four waited together: peak %d, lingers %d; want 4 and 0", lg.peakWaiting, lg.lingers.Load())
-	}
+}
 
-	// The bound is the commit delay (a minute) rather than three rounds.
-	lg.roundNs.Store(int64(time.Minute))
+// waitFor polls cond for up to ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLingerHoldsCloseForArrivingCommitters: once four committers have
+// waited at once, a committer waiting alone is held until as many as the
+// decayed peak (three) wait; the three are then made durable by one
+// close, and the waiting count returns to zero.
+func TestLingerHoldsCloseForArrivingCommitters(t *testing.T) {
+	db, commit := lingerDB(t, time.Minute)
+	lg := db.loggers[0]
+	setPeak(t, db, commit)
+
+	// The bound is the commit delay (a minute), not three round times.
+	lg.roundNs.Store(int64(time.Hour))
 	first := make(chan error, 1)
 	go func() { first <- commit(10) }()
+	waitFor(t, "the hold to start", func() bool { return lg.lingers.Load() == 1 })
+	before := db.durable.Load()
+	time.Sleep(50 * time.Millisecond)
 	select {
 	case err := <-first:
-		t.Fatalf("a committer waiting alone after a peak of four was released at once (err %v)", err)
-	case <-time.After(200 * time.Millisecond):
+		t.Fatalf("a committer waiting alone after a peak of four was released during the hold (err %v)", err)
+	default:
 	}
-	if n := lg.lingers.Load(); n != 1 {
-		t.Fatalf("lingers = %d, want 1", n)
-	}
+	var wg sync.WaitGroup
 	for k := int64(11); k <= 12; k++ {
 		wg.Go(func() {
 			if err := commit(k); err != nil {
@@ -111,6 +130,30 @@ func TestLingerHoldsCloseForArrivingCommitters(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held committer was not released when the others arrived")
+	}
+	if d := db.durable.Load(); d != before+1 {
+		t.Fatalf("durable epoch went from %d to %d: the three commits took more than one close", before, d)
+	}
+	if w := db.waiting.Load(); w != 0 {
+		t.Fatalf("waiting = %d after every committer returned", w)
+	}
+}
+
+// TestLingerBoundReleases: a hold that gathers nobody ends at its bound,
+// and the peak falls to what it gathered, so the committer that follows
+// is not held.
+func TestLingerBoundReleases(t *testing.T) {
+	db, commit := lingerDB(t, 20*time.Millisecond)
+	lg := db.loggers[0]
+	setPeak(t, db, commit)
+	lg.roundNs.Store(int64(time.Hour))
+	for k := range 5 {
+		if err := commit(int64(10 + k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, p := lg.lingers.Load(), lg.peakWaiting.Load(); n != 1 || p > 1 {
+		t.Fatalf("after a burst, five lone commits: %d holds, peak %d; want 1 hold and a peak of at most 1", n, p)
 	}
 	if w := db.waiting.Load(); w != 0 {
 		t.Fatalf("waiting = %d after every committer returned", w)

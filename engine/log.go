@@ -139,13 +139,14 @@ type logger struct {
 	wake      chan struct{}
 	free      chan *logBuf  // written buffers for reuse
 	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
-	// hurriesSeen is DB.hurries when run last looked, peakWaiting the
-	// recent most committers waiting at once (decaying), lingerTimer
-	// linger's timer; run's goroutine alone uses them.
+	// hurriesSeen is DB.hurries when run last looked, lingerTimer
+	// linger's timer; run's goroutine alone uses them. peakWaiting is the
+	// recent most committers waiting at once (see linger; atomic for
+	// tests, as is lingers, the holds started).
 	hurriesSeen uint64
-	peakWaiting int64
 	lingerTimer *time.Timer
-	lingers     atomic.Int64 // lingers started (tests read it)
+	peakWaiting atomic.Int64
+	lingers     atomic.Int64
 	// roundNs is a moving average of a round's append (write and fsync)
 	// in nanoseconds.
 	roundNs atomic.Int64
@@ -249,14 +250,16 @@ func (lg *logger) run() {
 // write one per two commits, its Validator one per two log writes.
 //
 // It first yields once if two or more committers asked for a close during
-// the last round (some are likely runnable now). Then, if the most
-// committers recently waiting at once (peakWaiting, which decays by at
-// least one per close) is two or more and fewer wait now, it waits for
-// more until as many wait as that peak (no more are likely: a closed loop
-// of N clients never has more than N waiting), or until the bound passes:
-// three times the recent round time, at most Config.CommitDelay. A lone
-// committer never waits for others (its peak is one), nor do committers
-// that all wait already.
+// the last round (some are likely runnable now). Then it holds the close
+// only if the epoch a committer asked to close is still open, the logger
+// has no backlog to write anyway, and fewer committers wait now than the
+// recent peak (the most waiting at once; it decays by at least one per
+// close, and falls to the count reached whenever a hold times out, so a
+// peak that no longer gathers stops holding). It holds until as many wait
+// as the peak (no more are likely: a closed loop of N clients never has
+// more than N waiting) or the bound passes: three times the recent round
+// time (write and fsync), at most Config.CommitDelay. A lone committer is
+// never held, except once after a burst of others, for the bound.
 func (lg *logger) linger() {
 	db := lg.db
 	h := db.hurries.Load()
@@ -268,8 +271,10 @@ func (lg *logger) linger() {
 		(*f)()
 	}
 	w := db.waiting.Load()
-	lg.peakWaiting = max(w, lg.peakWaiting-(lg.peakWaiting+63)/64)
-	if db.cfg.CommitDelay < 0 || lg.peakWaiting < 2 || w >= lg.peakWaiting {
+	peak := max(w, lg.peakWaiting.Load()-(lg.peakWaiting.Load()+63)/64)
+	lg.peakWaiting.Store(peak)
+	if db.cfg.CommitDelay < 0 || peak < 2 || w >= peak ||
+		db.epoch.Load() > db.wantEpoch.Load() || lg.pending.Load() >= int64(db.cfg.LogBufferSize) {
 		return
 	}
 	lg.lingers.Add(1)
@@ -280,10 +285,11 @@ func (lg *logger) linger() {
 		lg.lingerTimer.Reset(bound)
 	}
 	defer lg.lingerTimer.Stop()
-	for db.waiting.Load() < lg.peakWaiting && db.failure() == nil {
+	for db.waiting.Load() < peak && db.failure() == nil {
 		select {
-		case <-lg.wake: // a committer asked, or a commit left the epoch
+		case <-lg.wake: // a committer asked, or a buffer filled up
 		case <-lg.lingerTimer.C:
+			lg.peakWaiting.Store(db.waiting.Load())
 			return
 		case <-db.closing:
 			return
