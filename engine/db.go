@@ -52,10 +52,11 @@ type Config struct {
 	// EpochInterval is how often the epoch advances. 0 means 40 ms.
 	EpochInterval time.Duration
 	// CommitDelay bounds how long a commit waiting for durability may be
-	// held, while other commits are arriving, so that they share its log
-	// write and fsync (group commit; see logger.linger). The delay is at
-	// most three times the recent write-and-fsync time, and none for a
-	// lone committer. 0 means 2 ms; negative turns the delay off.
+	// held, while other commits are arriving and the processors are busy,
+	// so that they share its log write and fsync (group commit; see
+	// logger.linger). The delay is at most three times the recent
+	// write-and-fsync time, and none for a lone committer. 0 means 2 ms;
+	// negative turns the delay off.
 	CommitDelay time.Duration
 	// LogBufferSize is the size, in bytes, at which a worker hands a log
 	// buffer to its logger before the epoch ends. 0 means 512 KiB.
@@ -158,6 +159,10 @@ type DB struct {
 	hurries atomic.Uint64
 	// wantEpoch is the highest epoch a committer asked to close.
 	wantEpoch atomic.Uint64
+	// holdTarget is, while a logger holds a close (linger), the count of
+	// waiting committers it waits for, else 0: committers poke a holding
+	// logger only once the count is reached, not at every arrival.
+	holdTarget atomic.Int64
 	// waiting is the committers in WaitDurable that asked for a close and
 	// whose epoch is not durable yet (the sum of the waiters' n); the
 	// loggers' linger reads it.
@@ -209,6 +214,7 @@ func Open(cfg Config) (*DB, error) {
 	}
 	for i := 0; i < cfg.Loggers; i++ {
 		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1), free: make(chan *logBuf, 32)}
+		lg.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
 		lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
 		db.loggers = append(db.loggers, lg)
 	}
@@ -431,9 +437,10 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	// The epoch is still open: ask an idle logger to close it now rather
 	// than at the next tick.
 	asks := hurry && db.epoch.Load() <= e
+	var nw int64
 	if asks {
 		ws.n++
-		db.waiting.Add(1)
+		nw = db.waiting.Add(1)
 	}
 	db.wmu.Unlock()
 	if asks {
@@ -445,7 +452,9 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 		}
 		db.hurries.Add(1)
 		db.want.Store(true)
-		db.wakeLoggers()
+		if t := db.holdTarget.Load(); t == 0 || nw >= t {
+			db.wakeLoggers()
+		}
 	}
 	// Leaving before the epoch is durable: no longer counted as waiting.
 	leave := func() {

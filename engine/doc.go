@@ -66,11 +66,13 @@
 // fsync rather than an epoch, and under load committers pile into the
 // epoch being closed while the previous fsync runs (group commit). Before
 // an early close the logger lingers (logger.linger): it yields once if
-// several committers asked since the last close, and, when more
-// committers have recently waited at once than wait now, it holds the
-// close until as many wait or a bound passes (three times the recent
-// write-and-fsync time, at most Config.CommitDelay). A lone committer is
-// not held (at most once, right after a burst of others).
+// several committers asked since the last close, and, when at least twice
+// as many committers have recently waited at once as wait now and
+// goroutines are waiting for a processor (the CPU an fsync costs is then
+// scarce), it holds the close until as many wait or a bound passes (three
+// times the recent write-and-fsync time, at most Config.CommitDelay). A
+// lone committer is not held (at most once, right after a burst of
+// others).
 //
 // LogSink is the seam for replication: the write-ahead log (package wal,
 // batch policy) implements it today; a Raft group will implement it with

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,6 +146,7 @@ type logger struct {
 	// tests, as is lingers, the holds started).
 	hurriesSeen uint64
 	lingerTimer *time.Timer
+	runnable    [1]metrics.Sample
 	peakWaiting atomic.Int64
 	lingers     atomic.Int64
 	// roundNs is a moving average of a round's append (write and fsync)
@@ -251,15 +253,25 @@ func (lg *logger) run() {
 //
 // It first yields once if two or more committers asked for a close during
 // the last round (some are likely runnable now). Then it holds the close
-// only if the epoch a committer asked to close is still open, the logger
-// has no backlog to write anyway, and fewer committers wait now than the
-// recent peak (the most waiting at once; it decays by at least one per
-// close, and falls to the count reached whenever a hold times out, so a
-// peak that no longer gathers stops holding). It holds until as many wait
-// as the peak (no more are likely: a closed loop of N clients never has
-// more than N waiting) or the bound passes: three times the recent round
-// time (write and fsync), at most Config.CommitDelay. A lone committer is
-// never held, except once after a burst of others, for the bound.
+// only if all of these hold:
+//
+//   - at most half as many committers wait now as the recent peak (the
+//     most waiting at once; it decays by at least one per close, and falls
+//     to the count reached whenever a hold times out, so a peak that no
+//     longer gathers stops holding): the hold can at least double the
+//     batch;
+//   - goroutines are waiting for a processor: the CPU is what an fsync
+//     costs, and with a processor idle holding would only add latency
+//     (64 clients committing tiny transactions lost a tenth of their
+//     throughput to holds before this check);
+//   - the epoch a committer asked to close is still open, and the logger
+//     has no backlog to write anyway.
+//
+// It holds until as many wait as the peak (no more are likely: a closed
+// loop of N clients never has more than N waiting) or the bound passes:
+// three times the recent round time (write and fsync), at most
+// Config.CommitDelay. A lone committer is not held, except once after a
+// burst of others, for the bound.
 func (lg *logger) linger() {
 	db := lg.db
 	h := db.hurries.Load()
@@ -273,8 +285,14 @@ func (lg *logger) linger() {
 	w := db.waiting.Load()
 	peak := max(w, lg.peakWaiting.Load()-(lg.peakWaiting.Load()+63)/64)
 	lg.peakWaiting.Store(peak)
-	if db.cfg.CommitDelay < 0 || peak < 2 || w >= peak ||
+	if db.cfg.CommitDelay < 0 || peak < 2 || 2*w > peak ||
 		db.epoch.Load() > db.wantEpoch.Load() || lg.pending.Load() >= int64(db.cfg.LogBufferSize) {
+		return
+	}
+	// Hold only while goroutines wait for a processor: when one is idle,
+	// an fsync now costs idle time, and holding would only add latency.
+	metrics.Read(lg.runnable[:])
+	if lg.runnable[0].Value.Kind() == metrics.KindUint64 && lg.runnable[0].Value.Uint64() == 0 {
 		return
 	}
 	lg.lingers.Add(1)
@@ -285,9 +303,14 @@ func (lg *logger) linger() {
 		lg.lingerTimer.Reset(bound)
 	}
 	defer lg.lingerTimer.Stop()
-	for db.waiting.Load() < peak && db.failure() == nil {
+	// A committer whose arrival reaches the target pokes (see waitDurable:
+	// it adds itself before it reads the target, and this stores the
+	// target before it reads the count, so one of the two sees the other).
+	db.holdTarget.Store(peak)
+	defer db.holdTarget.Store(0)
+	for db.waiting.Load() < peak && db.failure() == nil && lg.pending.Load() < int64(db.cfg.LogBufferSize) {
 		select {
-		case <-lg.wake: // a committer asked, or a buffer filled up
+		case <-lg.wake: // the target was reached, a buffer filled up, or the engine failed
 		case <-lg.lingerTimer.C:
 			lg.peakWaiting.Store(db.waiting.Load())
 			return

@@ -271,7 +271,7 @@ func (x *tx) commit(ctx context.Context) (uint64, error) {
 	if x.pinned == nil {
 		x.db.slots <- w
 	}
-	if x.db.want.Load() {
+	if x.db.want.Load() && x.db.holdTarget.Load() == 0 {
 		x.db.wakeLoggers()
 	}
 	if err == nil {
