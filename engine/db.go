@@ -55,8 +55,9 @@ type Config struct {
 	// held, while other commits are arriving and the processors are busy,
 	// so that they share its log write and fsync (group commit; see
 	// logger.linger). The delay is at most three times the recent
-	// write-and-fsync time, and none for a lone committer. 0 means 2 ms;
-	// negative turns the delay off.
+	// write-and-fsync time, and none for a lone committer (but once
+	// right after a burst of others). 0 means 2 ms; negative turns the
+	// delay off.
 	CommitDelay time.Duration
 	// LogBufferSize is the size, in bytes, at which a worker hands a log
 	// buffer to its logger before the epoch ends. 0 means 512 KiB.
