@@ -107,8 +107,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	defer os.RemoveAll(dir)
 	// Each of the --threads clients pins a worker, as a Silo thread owns
 	// one; sync clients share the rest, as a server's requests do.
-	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers()}
-	ecfg.LogBufferSize = cfg.LogBuffer
+	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers(), LogBufferSize: cfg.LogBuffer}
 	if cfg.Recovery {
 		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
 	}

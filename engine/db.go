@@ -376,14 +376,8 @@ func (db *DB) updateDurable() {
 	for _, lg := range db.loggers {
 		d = min(d, lg.durable.Load())
 	}
-	for {
-		cur := db.durable.Load()
-		if d <= cur {
-			return
-		}
-		if db.durable.CompareAndSwap(cur, d) {
-			break
-		}
+	if !raise(&db.durable, d) {
+		return
 	}
 	db.wmu.Lock()
 	for e, ws := range db.waiters {
@@ -392,6 +386,19 @@ func (db *DB) updateDurable() {
 		}
 	}
 	db.wmu.Unlock()
+}
+
+// raise sets a to v if v is larger, and reports whether it did.
+func raise(a *atomic.Uint64, v uint64) bool {
+	for {
+		cur := a.Load()
+		if v <= cur {
+			return false
+		}
+		if a.CompareAndSwap(cur, v) {
+			return true
+		}
+	}
 }
 
 // waitSet is the committers waiting for one epoch: ch is closed when it
@@ -445,12 +452,7 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	}
 	db.wmu.Unlock()
 	if asks {
-		for {
-			w := db.wantEpoch.Load()
-			if w >= e || db.wantEpoch.CompareAndSwap(w, e) {
-				break
-			}
-		}
+		raise(&db.wantEpoch, e)
 		db.hurries.Add(1)
 		db.want.Store(true)
 		if t := db.holdTarget.Load(); t == 0 || nw >= t {

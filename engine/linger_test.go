@@ -108,6 +108,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// receive returns what ch delivers within ten seconds.
+func receive(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		return nil
+	}
+}
+
 // TestLingerHoldsCloseForArrivingCommitters: once four committers have
 // waited at once, and while the processors are busy, a committer waiting
 // alone is held until as many as the
@@ -140,13 +152,8 @@ func TestLingerHoldsCloseForArrivingCommitters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	select {
-	case err := <-first:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held committer was not released when the others arrived")
+	if err := receive(t, first, "the held committer's release when the others arrived"); err != nil {
+		t.Fatal(err)
 	}
 	if d := db.durable.Load(); d != before+1 {
 		t.Fatalf("durable epoch went from %d to %d: the three commits took more than one close", before, d)
@@ -209,13 +216,8 @@ func TestNoHoldWhileIdle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		done := make(chan error, 1)
 		go func() { done <- commit(10) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a lone committer with the processors idle was held")
+		if err := receive(t, done, "a lone committer's release with the processors idle"); err != nil {
+			t.Fatal(err)
 		}
 		if n := db.loggers[0].lingers.Load(); n == 0 {
 			return

@@ -283,7 +283,8 @@ func (lg *logger) linger() {
 		(*f)()
 	}
 	w := db.waiting.Load()
-	peak := max(w, lg.peakWaiting.Load()-(lg.peakWaiting.Load()+63)/64)
+	peak := lg.peakWaiting.Load()
+	peak = max(w, peak-(peak+63)/64)
 	lg.peakWaiting.Store(peak)
 	if db.cfg.CommitDelay < 0 || peak < 2 || 2*w > peak ||
 		db.epoch.Load() > db.wantEpoch.Load() || lg.pending.Load() >= int64(db.cfg.LogBufferSize) {

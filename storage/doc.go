@@ -46,6 +46,9 @@
 // name — gets an *Error whose Kind is the matching sentinel (errors.Is(err,
 // storage.ErrTypeMismatch)), and nothing is written.
 //
+// Backends only read a request (a Get, Put, Scan and their maps): a caller
+// may build one once and reuse it, also from concurrent goroutines.
+//
 // # Limits
 //
 //   - Names of namespaces, tables and columns: 1–48 bytes of [a-z0-9_],
