@@ -23,6 +23,97 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CallRequests is one message of a CallBatches stream: the calls queued
+// when it was sent.
+type CallRequests struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*CallRequest         `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequests) Reset() {
+	*x = CallRequests{}
+	mi := &file_kiroku_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequests) ProtoMessage() {}
+
+func (x *CallRequests) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequests.ProtoReflect.Descriptor instead.
+func (*CallRequests) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallRequests) GetCalls() []*CallRequest {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// CallReplies is one message of replies of a CallBatches stream.
+type CallReplies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*CallReply           `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallReplies) Reset() {
+	*x = CallReplies{}
+	mi := &file_kiroku_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallReplies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallReplies) ProtoMessage() {}
+
+func (x *CallReplies) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallReplies.ProtoReflect.Descriptor instead.
+func (*CallReplies) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CallReplies) GetReplies() []*CallReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
 type CallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -40,7 +131,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_kiroku_proto_msgTypes[0]
+	mi := &file_kiroku_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +143,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[0]
+	mi := &file_kiroku_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +156,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{0}
+	return file_kiroku_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -138,7 +229,7 @@ type CallReply struct {
 
 func (x *CallReply) Reset() {
 	*x = CallReply{}
-	mi := &file_kiroku_proto_msgTypes[1]
+	mi := &file_kiroku_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +241,7 @@ func (x *CallReply) String() string {
 func (*CallReply) ProtoMessage() {}
 
 func (x *CallReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[1]
+	mi := &file_kiroku_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +254,7 @@ func (x *CallReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
 func (*CallReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{1}
+	return file_kiroku_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CallReply) GetId() uint64 {
@@ -241,7 +332,7 @@ type CallError struct {
 
 func (x *CallError) Reset() {
 	*x = CallError{}
-	mi := &file_kiroku_proto_msgTypes[2]
+	mi := &file_kiroku_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +344,7 @@ func (x *CallError) String() string {
 func (*CallError) ProtoMessage() {}
 
 func (x *CallError) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[2]
+	mi := &file_kiroku_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +357,7 @@ func (x *CallError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallError.ProtoReflect.Descriptor instead.
 func (*CallError) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{2}
+	return file_kiroku_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CallError) GetCode() int32 {
@@ -301,7 +392,7 @@ type RegisterCertificateRequest struct {
 
 func (x *RegisterCertificateRequest) Reset() {
 	*x = RegisterCertificateRequest{}
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +404,7 @@ func (x *RegisterCertificateRequest) String() string {
 func (*RegisterCertificateRequest) ProtoMessage() {}
 
 func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +417,7 @@ func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RegisterCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{3}
+	return file_kiroku_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterCertificateRequest) GetEntity() string {
@@ -361,7 +452,7 @@ type RegisterSecretRequest struct {
 
 func (x *RegisterSecretRequest) Reset() {
 	*x = RegisterSecretRequest{}
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +464,7 @@ func (x *RegisterSecretRequest) String() string {
 func (*RegisterSecretRequest) ProtoMessage() {}
 
 func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +477,7 @@ func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSecretRequest.ProtoReflect.Descriptor instead.
 func (*RegisterSecretRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{4}
+	return file_kiroku_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterSecretRequest) GetEntity() string {
@@ -423,7 +514,7 @@ type RegisterContractRequest struct {
 
 func (x *RegisterContractRequest) Reset() {
 	*x = RegisterContractRequest{}
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +526,7 @@ func (x *RegisterContractRequest) String() string {
 func (*RegisterContractRequest) ProtoMessage() {}
 
 func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +539,7 @@ func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterContractRequest.ProtoReflect.Descriptor instead.
 func (*RegisterContractRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{5}
+	return file_kiroku_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterContractRequest) GetContractId() string {
@@ -494,7 +585,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +597,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +610,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{6}
+	return file_kiroku_proto_rawDescGZIP(), []int{8}
 }
 
 type ListContractsRequest struct {
@@ -530,7 +621,7 @@ type ListContractsRequest struct {
 
 func (x *ListContractsRequest) Reset() {
 	*x = ListContractsRequest{}
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +633,7 @@ func (x *ListContractsRequest) String() string {
 func (*ListContractsRequest) ProtoMessage() {}
 
 func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +646,7 @@ func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsRequest.ProtoReflect.Descriptor instead.
 func (*ListContractsRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{7}
+	return file_kiroku_proto_rawDescGZIP(), []int{9}
 }
 
 type ContractInfo struct {
@@ -571,7 +662,7 @@ type ContractInfo struct {
 
 func (x *ContractInfo) Reset() {
 	*x = ContractInfo{}
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +674,7 @@ func (x *ContractInfo) String() string {
 func (*ContractInfo) ProtoMessage() {}
 
 func (x *ContractInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +687,7 @@ func (x *ContractInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContractInfo.ProtoReflect.Descriptor instead.
 func (*ContractInfo) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{8}
+	return file_kiroku_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ContractInfo) GetContractId() string {
@@ -643,7 +734,7 @@ type ListContractsReply struct {
 
 func (x *ListContractsReply) Reset() {
 	*x = ListContractsReply{}
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +746,7 @@ func (x *ListContractsReply) String() string {
 func (*ListContractsReply) ProtoMessage() {}
 
 func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +759,7 @@ func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsReply.ProtoReflect.Descriptor instead.
 func (*ListContractsReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{9}
+	return file_kiroku_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListContractsReply) GetContracts() []*ContractInfo {
@@ -694,7 +785,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +797,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +810,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{10}
+	return file_kiroku_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecuteRequest) GetNonce() string {
@@ -774,7 +865,7 @@ type InputEntry struct {
 
 func (x *InputEntry) Reset() {
 	*x = InputEntry{}
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +877,7 @@ func (x *InputEntry) String() string {
 func (*InputEntry) ProtoMessage() {}
 
 func (x *InputEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +890,7 @@ func (x *InputEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputEntry.ProtoReflect.Descriptor instead.
 func (*InputEntry) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{11}
+	return file_kiroku_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InputEntry) GetId() string {
@@ -831,7 +922,7 @@ type Proof struct {
 
 func (x *Proof) Reset() {
 	*x = Proof{}
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +934,7 @@ func (x *Proof) String() string {
 func (*Proof) ProtoMessage() {}
 
 func (x *Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +947,7 @@ func (x *Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proof.ProtoReflect.Descriptor instead.
 func (*Proof) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{12}
+	return file_kiroku_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Proof) GetId() string {
@@ -924,7 +1015,7 @@ type ExecuteReply struct {
 
 func (x *ExecuteReply) Reset() {
 	*x = ExecuteReply{}
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1027,7 @@ func (x *ExecuteReply) String() string {
 func (*ExecuteReply) ProtoMessage() {}
 
 func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1040,7 @@ func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteReply.ProtoReflect.Descriptor instead.
 func (*ExecuteReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{13}
+	return file_kiroku_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteReply) GetNonce() string {
@@ -1007,7 +1098,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1110,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1123,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{14}
+	return file_kiroku_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetAssetRequest) GetId() string {
@@ -1091,7 +1182,7 @@ type AssetVersion struct {
 
 func (x *AssetVersion) Reset() {
 	*x = AssetVersion{}
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1194,7 @@ func (x *AssetVersion) String() string {
 func (*AssetVersion) ProtoMessage() {}
 
 func (x *AssetVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1207,7 @@ func (x *AssetVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssetVersion.ProtoReflect.Descriptor instead.
 func (*AssetVersion) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{15}
+	return file_kiroku_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AssetVersion) GetId() string {
@@ -1219,7 +1310,7 @@ type GetAssetReply struct {
 
 func (x *GetAssetReply) Reset() {
 	*x = GetAssetReply{}
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1322,7 @@ func (x *GetAssetReply) String() string {
 func (*GetAssetReply) ProtoMessage() {}
 
 func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1335,7 @@ func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetReply.ProtoReflect.Descriptor instead.
 func (*GetAssetReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{16}
+	return file_kiroku_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetAssetReply) GetVersions() []*AssetVersion {
@@ -1264,7 +1355,7 @@ type GetProofRequest struct {
 
 func (x *GetProofRequest) Reset() {
 	*x = GetProofRequest{}
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1367,7 @@ func (x *GetProofRequest) String() string {
 func (*GetProofRequest) ProtoMessage() {}
 
 func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1380,7 @@ func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProofRequest.ProtoReflect.Descriptor instead.
 func (*GetProofRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{17}
+	return file_kiroku_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProofRequest) GetId() string {
@@ -1315,7 +1406,7 @@ type GetTxStateRequest struct {
 
 func (x *GetTxStateRequest) Reset() {
 	*x = GetTxStateRequest{}
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1418,7 @@ func (x *GetTxStateRequest) String() string {
 func (*GetTxStateRequest) ProtoMessage() {}
 
 func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1431,7 @@ func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTxStateRequest.ProtoReflect.Descriptor instead.
 func (*GetTxStateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{18}
+	return file_kiroku_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetTxStateRequest) GetNonce() string {
@@ -1367,7 +1458,7 @@ type TxState struct {
 
 func (x *TxState) Reset() {
 	*x = TxState{}
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1470,7 @@ func (x *TxState) String() string {
 func (*TxState) ProtoMessage() {}
 
 func (x *TxState) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1483,7 @@ func (x *TxState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxState.ProtoReflect.Descriptor instead.
 func (*TxState) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{19}
+	return file_kiroku_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TxState) GetNonce() string {
@@ -1469,7 +1560,7 @@ type ValidateLedgerRequest struct {
 
 func (x *ValidateLedgerRequest) Reset() {
 	*x = ValidateLedgerRequest{}
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1572,7 @@ func (x *ValidateLedgerRequest) String() string {
 func (*ValidateLedgerRequest) ProtoMessage() {}
 
 func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1585,7 @@ func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerRequest.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{20}
+	return file_kiroku_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ValidateLedgerRequest) GetId() string {
@@ -1538,7 +1629,7 @@ type ValidateLedgerReply struct {
 
 func (x *ValidateLedgerReply) Reset() {
 	*x = ValidateLedgerReply{}
-	mi := &file_kiroku_proto_msgTypes[21]
+	mi := &file_kiroku_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1641,7 @@ func (x *ValidateLedgerReply) String() string {
 func (*ValidateLedgerReply) ProtoMessage() {}
 
 func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[21]
+	mi := &file_kiroku_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1654,7 @@ func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerReply.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{21}
+	return file_kiroku_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ValidateLedgerReply) GetId() string {
@@ -1637,7 +1728,7 @@ type GetLedgerKeyRequest struct {
 
 func (x *GetLedgerKeyRequest) Reset() {
 	*x = GetLedgerKeyRequest{}
-	mi := &file_kiroku_proto_msgTypes[22]
+	mi := &file_kiroku_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1740,7 @@ func (x *GetLedgerKeyRequest) String() string {
 func (*GetLedgerKeyRequest) ProtoMessage() {}
 
 func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[22]
+	mi := &file_kiroku_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1753,7 @@ func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{22}
+	return file_kiroku_proto_rawDescGZIP(), []int{24}
 }
 
 type LedgerKey struct {
@@ -1676,7 +1767,7 @@ type LedgerKey struct {
 
 func (x *LedgerKey) Reset() {
 	*x = LedgerKey{}
-	mi := &file_kiroku_proto_msgTypes[23]
+	mi := &file_kiroku_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1779,7 @@ func (x *LedgerKey) String() string {
 func (*LedgerKey) ProtoMessage() {}
 
 func (x *LedgerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[23]
+	mi := &file_kiroku_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1792,7 @@ func (x *LedgerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerKey.ProtoReflect.Descriptor instead.
 func (*LedgerKey) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{23}
+	return file_kiroku_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LedgerKey) GetScheme() string {
@@ -1729,7 +1820,11 @@ var File_kiroku_proto protoreflect.FileDescriptor
 
 const file_kiroku_proto_rawDesc = "" +
 	"\n" +
-	"\fkiroku.proto\x12\tkiroku.v1\"\xc5\x01\n" +
+	"\fkiroku.proto\x12\tkiroku.v1\"<\n" +
+	"\fCallRequests\x12,\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.kiroku.v1.CallRequestR\x05calls\"=\n" +
+	"\vCallReplies\x12.\n" +
+	"\areplies\x18\x01 \x03(\v2\x14.kiroku.v1.CallReplyR\areplies\"\xc5\x01\n" +
 	"\vCallRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x125\n" +
@@ -1868,7 +1963,7 @@ const file_kiroku_proto_rawDesc = "" +
 	"\tLedgerKey\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12$\n" +
 	"\x0epublic_key_pem\x18\x02 \x01(\tR\fpublicKeyPem\x12 \n" +
-	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint2\xa9\x06\n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint2\xb2\x06\n" +
 	"\x06Ledger\x12V\n" +
 	"\x13RegisterCertificate\x12%.kiroku.v1.RegisterCertificateRequest\x1a\x18.kiroku.v1.RegisterReply\x12L\n" +
 	"\x0eRegisterSecret\x12 .kiroku.v1.RegisterSecretRequest\x1a\x18.kiroku.v1.RegisterReply\x12P\n" +
@@ -1880,8 +1975,8 @@ const file_kiroku_proto_rawDesc = "" +
 	"\n" +
 	"GetTxState\x12\x1c.kiroku.v1.GetTxStateRequest\x1a\x12.kiroku.v1.TxState\x12R\n" +
 	"\x0eValidateLedger\x12 .kiroku.v1.ValidateLedgerRequest\x1a\x1e.kiroku.v1.ValidateLedgerReply\x12D\n" +
-	"\fGetLedgerKey\x12\x1e.kiroku.v1.GetLedgerKeyRequest\x1a\x14.kiroku.v1.LedgerKey\x129\n" +
-	"\x05Calls\x12\x16.kiroku.v1.CallRequest\x1a\x14.kiroku.v1.CallReply(\x010\x01B!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
+	"\fGetLedgerKey\x12\x1e.kiroku.v1.GetLedgerKeyRequest\x1a\x14.kiroku.v1.LedgerKey\x12B\n" +
+	"\vCallBatches\x12\x17.kiroku.v1.CallRequests\x1a\x16.kiroku.v1.CallReplies(\x010\x01B!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
 
 var (
 	file_kiroku_proto_rawDescOnce sync.Once
@@ -1895,74 +1990,78 @@ func file_kiroku_proto_rawDescGZIP() []byte {
 	return file_kiroku_proto_rawDescData
 }
 
-var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_kiroku_proto_goTypes = []any{
-	(*CallRequest)(nil),                // 0: kiroku.v1.CallRequest
-	(*CallReply)(nil),                  // 1: kiroku.v1.CallReply
-	(*CallError)(nil),                  // 2: kiroku.v1.CallError
-	(*RegisterCertificateRequest)(nil), // 3: kiroku.v1.RegisterCertificateRequest
-	(*RegisterSecretRequest)(nil),      // 4: kiroku.v1.RegisterSecretRequest
-	(*RegisterContractRequest)(nil),    // 5: kiroku.v1.RegisterContractRequest
-	(*RegisterReply)(nil),              // 6: kiroku.v1.RegisterReply
-	(*ListContractsRequest)(nil),       // 7: kiroku.v1.ListContractsRequest
-	(*ContractInfo)(nil),               // 8: kiroku.v1.ContractInfo
-	(*ListContractsReply)(nil),         // 9: kiroku.v1.ListContractsReply
-	(*ExecuteRequest)(nil),             // 10: kiroku.v1.ExecuteRequest
-	(*InputEntry)(nil),                 // 11: kiroku.v1.InputEntry
-	(*Proof)(nil),                      // 12: kiroku.v1.Proof
-	(*ExecuteReply)(nil),               // 13: kiroku.v1.ExecuteReply
-	(*GetAssetRequest)(nil),            // 14: kiroku.v1.GetAssetRequest
-	(*AssetVersion)(nil),               // 15: kiroku.v1.AssetVersion
-	(*GetAssetReply)(nil),              // 16: kiroku.v1.GetAssetReply
-	(*GetProofRequest)(nil),            // 17: kiroku.v1.GetProofRequest
-	(*GetTxStateRequest)(nil),          // 18: kiroku.v1.GetTxStateRequest
-	(*TxState)(nil),                    // 19: kiroku.v1.TxState
-	(*ValidateLedgerRequest)(nil),      // 20: kiroku.v1.ValidateLedgerRequest
-	(*ValidateLedgerReply)(nil),        // 21: kiroku.v1.ValidateLedgerReply
-	(*GetLedgerKeyRequest)(nil),        // 22: kiroku.v1.GetLedgerKeyRequest
-	(*LedgerKey)(nil),                  // 23: kiroku.v1.LedgerKey
+	(*CallRequests)(nil),               // 0: kiroku.v1.CallRequests
+	(*CallReplies)(nil),                // 1: kiroku.v1.CallReplies
+	(*CallRequest)(nil),                // 2: kiroku.v1.CallRequest
+	(*CallReply)(nil),                  // 3: kiroku.v1.CallReply
+	(*CallError)(nil),                  // 4: kiroku.v1.CallError
+	(*RegisterCertificateRequest)(nil), // 5: kiroku.v1.RegisterCertificateRequest
+	(*RegisterSecretRequest)(nil),      // 6: kiroku.v1.RegisterSecretRequest
+	(*RegisterContractRequest)(nil),    // 7: kiroku.v1.RegisterContractRequest
+	(*RegisterReply)(nil),              // 8: kiroku.v1.RegisterReply
+	(*ListContractsRequest)(nil),       // 9: kiroku.v1.ListContractsRequest
+	(*ContractInfo)(nil),               // 10: kiroku.v1.ContractInfo
+	(*ListContractsReply)(nil),         // 11: kiroku.v1.ListContractsReply
+	(*ExecuteRequest)(nil),             // 12: kiroku.v1.ExecuteRequest
+	(*InputEntry)(nil),                 // 13: kiroku.v1.InputEntry
+	(*Proof)(nil),                      // 14: kiroku.v1.Proof
+	(*ExecuteReply)(nil),               // 15: kiroku.v1.ExecuteReply
+	(*GetAssetRequest)(nil),            // 16: kiroku.v1.GetAssetRequest
+	(*AssetVersion)(nil),               // 17: kiroku.v1.AssetVersion
+	(*GetAssetReply)(nil),              // 18: kiroku.v1.GetAssetReply
+	(*GetProofRequest)(nil),            // 19: kiroku.v1.GetProofRequest
+	(*GetTxStateRequest)(nil),          // 20: kiroku.v1.GetTxStateRequest
+	(*TxState)(nil),                    // 21: kiroku.v1.TxState
+	(*ValidateLedgerRequest)(nil),      // 22: kiroku.v1.ValidateLedgerRequest
+	(*ValidateLedgerReply)(nil),        // 23: kiroku.v1.ValidateLedgerReply
+	(*GetLedgerKeyRequest)(nil),        // 24: kiroku.v1.GetLedgerKeyRequest
+	(*LedgerKey)(nil),                  // 25: kiroku.v1.LedgerKey
 }
 var file_kiroku_proto_depIdxs = []int32{
-	10, // 0: kiroku.v1.CallRequest.execute:type_name -> kiroku.v1.ExecuteRequest
-	18, // 1: kiroku.v1.CallRequest.get_tx_state:type_name -> kiroku.v1.GetTxStateRequest
-	13, // 2: kiroku.v1.CallReply.execute:type_name -> kiroku.v1.ExecuteReply
-	19, // 3: kiroku.v1.CallReply.tx_state:type_name -> kiroku.v1.TxState
-	2,  // 4: kiroku.v1.CallReply.error:type_name -> kiroku.v1.CallError
-	8,  // 5: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
-	11, // 6: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
-	12, // 7: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
-	11, // 8: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
-	11, // 9: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
-	15, // 10: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
-	11, // 11: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
-	11, // 12: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
-	3,  // 13: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
-	4,  // 14: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
-	5,  // 15: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
-	7,  // 16: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
-	10, // 17: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
-	14, // 18: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
-	17, // 19: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
-	18, // 20: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
-	20, // 21: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
-	22, // 22: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
-	0,  // 23: kiroku.v1.Ledger.Calls:input_type -> kiroku.v1.CallRequest
-	6,  // 24: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
-	6,  // 25: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
-	6,  // 26: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
-	9,  // 27: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
-	13, // 28: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
-	16, // 29: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
-	12, // 30: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
-	19, // 31: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
-	21, // 32: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
-	23, // 33: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
-	1,  // 34: kiroku.v1.Ledger.Calls:output_type -> kiroku.v1.CallReply
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	2,  // 0: kiroku.v1.CallRequests.calls:type_name -> kiroku.v1.CallRequest
+	3,  // 1: kiroku.v1.CallReplies.replies:type_name -> kiroku.v1.CallReply
+	12, // 2: kiroku.v1.CallRequest.execute:type_name -> kiroku.v1.ExecuteRequest
+	20, // 3: kiroku.v1.CallRequest.get_tx_state:type_name -> kiroku.v1.GetTxStateRequest
+	15, // 4: kiroku.v1.CallReply.execute:type_name -> kiroku.v1.ExecuteReply
+	21, // 5: kiroku.v1.CallReply.tx_state:type_name -> kiroku.v1.TxState
+	4,  // 6: kiroku.v1.CallReply.error:type_name -> kiroku.v1.CallError
+	10, // 7: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
+	13, // 8: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
+	14, // 9: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
+	13, // 10: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
+	13, // 11: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
+	17, // 12: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
+	13, // 13: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
+	13, // 14: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
+	5,  // 15: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
+	6,  // 16: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
+	7,  // 17: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
+	9,  // 18: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
+	12, // 19: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
+	16, // 20: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
+	19, // 21: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
+	20, // 22: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
+	22, // 23: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
+	24, // 24: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
+	0,  // 25: kiroku.v1.Ledger.CallBatches:input_type -> kiroku.v1.CallRequests
+	8,  // 26: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
+	8,  // 27: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
+	8,  // 28: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
+	11, // 29: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
+	15, // 30: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
+	18, // 31: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
+	14, // 32: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
+	21, // 33: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
+	23, // 34: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
+	25, // 35: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
+	1,  // 36: kiroku.v1.Ledger.CallBatches:output_type -> kiroku.v1.CallReplies
+	26, // [26:37] is the sub-list for method output_type
+	15, // [15:26] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kiroku_proto_init() }
@@ -1970,11 +2069,11 @@ func file_kiroku_proto_init() {
 	if File_kiroku_proto != nil {
 		return
 	}
-	file_kiroku_proto_msgTypes[0].OneofWrappers = []any{
+	file_kiroku_proto_msgTypes[2].OneofWrappers = []any{
 		(*CallRequest_Execute)(nil),
 		(*CallRequest_GetTxState)(nil),
 	}
-	file_kiroku_proto_msgTypes[1].OneofWrappers = []any{
+	file_kiroku_proto_msgTypes[3].OneofWrappers = []any{
 		(*CallReply_Execute)(nil),
 		(*CallReply_TxState)(nil),
 		(*CallReply_Error)(nil),
@@ -1985,7 +2084,7 @@ func file_kiroku_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kiroku_proto_rawDesc), len(file_kiroku_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,7 +31,7 @@ const (
 	Ledger_GetTxState_FullMethodName          = "/kiroku.v1.Ledger/GetTxState"
 	Ledger_ValidateLedger_FullMethodName      = "/kiroku.v1.Ledger/ValidateLedger"
 	Ledger_GetLedgerKey_FullMethodName        = "/kiroku.v1.Ledger/GetLedgerKey"
-	Ledger_Calls_FullMethodName               = "/kiroku.v1.Ledger/Calls"
+	Ledger_CallBatches_FullMethodName         = "/kiroku.v1.Ledger/CallBatches"
 )
 
 // LedgerClient is the client API for Ledger service.
@@ -56,15 +56,18 @@ type LedgerClient interface {
 	GetTxState(ctx context.Context, in *GetTxStateRequest, opts ...grpc.CallOption) (*TxState, error)
 	ValidateLedger(ctx context.Context, in *ValidateLedgerRequest, opts ...grpc.CallOption) (*ValidateLedgerReply, error)
 	GetLedgerKey(ctx context.Context, in *GetLedgerKeyRequest, opts ...grpc.CallOption) (*LedgerKey, error)
-	// Calls carries ExecuteContract and GetTxState calls over one
+	// CallBatches carries ExecuteContract and GetTxState calls over one
 	// long-lived stream: each request has an id chosen by the client, and
 	// its reply, in any order, the same id. A unary call costs a new HTTP/2
-	// stream and its headers; a message on this stream does not. A call's
-	// error is in its reply; the stream itself ends only when the server
-	// shuts down (after answering what it received) or the client closes it.
-	// A reply is at most 64 MiB: a call whose reply would be larger gets a
-	// CallError RESOURCE_EXHAUSTED (its transaction's outcome stands).
-	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error)
+	// stream and its headers; a call on this stream does not, and the calls
+	// (and replies) queued when a message is sent share it. A message of
+	// requests is at most 1 MiB unless it holds a single call; a message of
+	// replies at most 64 MiB. A call's error is in its reply; the stream
+	// itself ends only when the server shuts down (after answering what it
+	// received) or the client closes it. A call whose reply alone would pass
+	// 64 MiB gets a CallError RESOURCE_EXHAUSTED (its transaction's outcome
+	// stands).
+	CallBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequests, CallReplies], error)
 }
 
 type ledgerClient struct {
@@ -175,18 +178,18 @@ func (c *ledgerClient) GetLedgerKey(ctx context.Context, in *GetLedgerKeyRequest
 	return out, nil
 }
 
-func (c *ledgerClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallReply], error) {
+func (c *ledgerClient) CallBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequests, CallReplies], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Ledger_ServiceDesc.Streams[0], Ledger_Calls_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Ledger_ServiceDesc.Streams[0], Ledger_CallBatches_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[CallRequest, CallReply]{ClientStream: stream}
+	x := &grpc.GenericClientStream[CallRequests, CallReplies]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Ledger_CallsClient = grpc.BidiStreamingClient[CallRequest, CallReply]
+type Ledger_CallBatchesClient = grpc.BidiStreamingClient[CallRequests, CallReplies]
 
 // LedgerServer is the server API for Ledger service.
 // All implementations must embed UnimplementedLedgerServer
@@ -210,15 +213,18 @@ type LedgerServer interface {
 	GetTxState(context.Context, *GetTxStateRequest) (*TxState, error)
 	ValidateLedger(context.Context, *ValidateLedgerRequest) (*ValidateLedgerReply, error)
 	GetLedgerKey(context.Context, *GetLedgerKeyRequest) (*LedgerKey, error)
-	// Calls carries ExecuteContract and GetTxState calls over one
+	// CallBatches carries ExecuteContract and GetTxState calls over one
 	// long-lived stream: each request has an id chosen by the client, and
 	// its reply, in any order, the same id. A unary call costs a new HTTP/2
-	// stream and its headers; a message on this stream does not. A call's
-	// error is in its reply; the stream itself ends only when the server
-	// shuts down (after answering what it received) or the client closes it.
-	// A reply is at most 64 MiB: a call whose reply would be larger gets a
-	// CallError RESOURCE_EXHAUSTED (its transaction's outcome stands).
-	Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error
+	// stream and its headers; a call on this stream does not, and the calls
+	// (and replies) queued when a message is sent share it. A message of
+	// requests is at most 1 MiB unless it holds a single call; a message of
+	// replies at most 64 MiB. A call's error is in its reply; the stream
+	// itself ends only when the server shuts down (after answering what it
+	// received) or the client closes it. A call whose reply alone would pass
+	// 64 MiB gets a CallError RESOURCE_EXHAUSTED (its transaction's outcome
+	// stands).
+	CallBatches(grpc.BidiStreamingServer[CallRequests, CallReplies]) error
 	mustEmbedUnimplementedLedgerServer()
 }
 
@@ -259,8 +265,8 @@ func (UnimplementedLedgerServer) ValidateLedger(context.Context, *ValidateLedger
 func (UnimplementedLedgerServer) GetLedgerKey(context.Context, *GetLedgerKeyRequest) (*LedgerKey, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLedgerKey not implemented")
 }
-func (UnimplementedLedgerServer) Calls(grpc.BidiStreamingServer[CallRequest, CallReply]) error {
-	return status.Error(codes.Unimplemented, "method Calls not implemented")
+func (UnimplementedLedgerServer) CallBatches(grpc.BidiStreamingServer[CallRequests, CallReplies]) error {
+	return status.Error(codes.Unimplemented, "method CallBatches not implemented")
 }
 func (UnimplementedLedgerServer) mustEmbedUnimplementedLedgerServer() {}
 func (UnimplementedLedgerServer) testEmbeddedByValue()                {}
@@ -463,12 +469,12 @@ func _Ledger_GetLedgerKey_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Ledger_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(LedgerServer).Calls(&grpc.GenericServerStream[CallRequest, CallReply]{ServerStream: stream})
+func _Ledger_CallBatches_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LedgerServer).CallBatches(&grpc.GenericServerStream[CallRequests, CallReplies]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Ledger_CallsServer = grpc.BidiStreamingServer[CallRequest, CallReply]
+type Ledger_CallBatchesServer = grpc.BidiStreamingServer[CallRequests, CallReplies]
 
 // Ledger_ServiceDesc is the grpc.ServiceDesc for Ledger service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -520,8 +526,8 @@ var Ledger_ServiceDesc = grpc.ServiceDesc{
 	},
 	Streams: []grpc.StreamDesc{
 		{
-			StreamName:    "Calls",
-			Handler:       _Ledger_Calls_Handler,
+			StreamName:    "CallBatches",
+			Handler:       _Ledger_CallBatches_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

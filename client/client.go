@@ -65,7 +65,7 @@ type Config struct {
 	// DialOptions are added to the connection's (interceptors, TLS).
 	DialOptions []grpc.DialOption `json:"-"`
 	// UnaryCalls sends each execute and transaction-state call as a unary
-	// RPC of its own, instead of over the Calls stream the client's
+	// RPC of its own, instead of over the CallBatches stream the client's
 	// goroutines share (which unary interceptors do not see).
 	UnaryCalls bool `json:"-"`
 }

@@ -192,7 +192,7 @@ func TestRegistrationDisabledWithoutToken(t *testing.T) {
 // server committed it: the client retries with the same nonce, finds it
 // used, and returns the committed result and proofs from the ledger's
 // record — the contract ran once. Every other execute reply is lost, over
-// unary calls and over the Calls stream (where a lost reply is the stream
+// unary calls and over the CallBatches stream (where a lost reply is the stream
 // breaking under the calls waiting on it).
 func TestLostReplyIsRecovered(t *testing.T) {
 	for _, unary := range []bool{true, false} {
@@ -226,7 +226,7 @@ func testLostReplyIsRecovered(t *testing.T, unary bool) {
 	// of arriving.
 	breakStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
-		if err != nil || method != api.Ledger_Calls_FullMethodName {
+		if err != nil || method != api.Ledger_CallBatches_FullMethodName {
 			return cs, err
 		}
 		streamed.Add(1)
@@ -301,7 +301,7 @@ func TestConfigFile(t *testing.T) {
 	}
 }
 
-// losingStream loses the replies lose picks: RecvMsg fails as a broken
+// losingStream loses the messages holding a reply lose picks: RecvMsg fails as a broken
 // connection would, after the server answered.
 type losingStream struct {
 	grpc.ClientStream
@@ -312,8 +312,12 @@ func (s *losingStream) RecvMsg(m any) error {
 	if err := s.ClientStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if r, ok := m.(*api.CallReply); ok && s.lose(r) {
-		return status.Error(codes.Unavailable, "stream lost (test)")
+	if rs, ok := m.(*api.CallReplies); ok {
+		for _, r := range rs.Replies {
+			if s.lose(r) {
+				return status.Error(codes.Unavailable, "stream lost (test)")
+			}
+		}
 	}
 	return nil
 }

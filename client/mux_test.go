@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/client"
@@ -118,8 +119,8 @@ func TestCallsStreamConcurrent(t *testing.T) {
 	}
 }
 
-// TestCallsFallBackToUnary: a server without the Calls stream (an older
-// one, or a proxy) answers Unimplemented, and the client goes unary.
+// TestCallsFallBackToUnary: a server without the CallBatches stream (an
+// older one, or a proxy) answers Unimplemented, and the client goes unary.
 func TestCallsFallBackToUnary(t *testing.T) {
 	ctx := context.Background()
 	srv := startServer(t, server.Options{AdminToken: token})
@@ -164,7 +165,7 @@ func TestCallsFallBackToUnary(t *testing.T) {
 	}
 	wg.Wait()
 	if n := opened.Load(); n != 1 {
-		t.Errorf("the client tried the Calls stream %d times; want once, then unary for good", n)
+		t.Errorf("the client tried the CallBatches stream %d times; want once, then unary for good", n)
 	}
 }
 
@@ -182,7 +183,7 @@ func (u *unaryOnly) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*
 	return u.up.GetTxState(ctx, r)
 }
 
-// TestStopWithOpenStream: a client's open Calls stream does not hold a
+// TestStopWithOpenStream: a client's open CallBatches stream does not hold a
 // graceful stop for its whole grace period, and the client's next call,
 // against a server that is gone, fails instead of hanging.
 func TestStopWithOpenStream(t *testing.T) {
@@ -205,7 +206,7 @@ func TestStopWithOpenStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("the server's graceful stop waits on the client's idle Calls stream")
+		t.Fatal("the server's graceful stop waits on the client's idle CallBatches stream")
 	}
 	if _, err := c.Execute(ctx, "builtin.ycsb_c", []byte(`{"ids":["x"]}`)); codeOf(err) != codes.Unavailable {
 		t.Fatalf("execute against a stopped server: %v; want Unavailable", err)
@@ -331,7 +332,7 @@ func TestLargeReplies(t *testing.T) {
 		t.Fatalf("a call after the large ones: %v", err)
 	}
 	if n := streams.Load(); n != 1 {
-		t.Errorf("the client opened %d Calls streams, want 1: a large reply broke the stream", n)
+		t.Errorf("the client opened %d CallBatches streams, want 1: a large reply broke the stream", n)
 	}
 }
 
@@ -341,4 +342,120 @@ func countStreams(n *atomic.Int32) grpc.DialOption {
 		n.Add(1)
 		return streamer(ctx, desc, cc, method, opts...)
 	})
+}
+
+// messageLog records the messages of the CallBatches streams a client
+// opens: the calls of each message sent and the replies of each received.
+type messageLog struct {
+	mu      sync.Mutex
+	sent    []*api.CallRequests
+	replies []int
+}
+
+func (l *messageLog) option() grpc.DialOption {
+	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			return cs, err
+		}
+		return &loggedStream{ClientStream: cs, log: l}, nil
+	})
+}
+
+type loggedStream struct {
+	grpc.ClientStream
+	log *messageLog
+}
+
+func (s *loggedStream) SendMsg(m any) error {
+	if b, ok := m.(*api.CallRequests); ok {
+		s.log.mu.Lock()
+		s.log.sent = append(s.log.sent, proto.Clone(b).(*api.CallRequests))
+		s.log.mu.Unlock()
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *loggedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if b, ok := m.(*api.CallReplies); ok && err == nil {
+		s.log.mu.Lock()
+		s.log.replies = append(s.log.replies, len(b.Replies))
+		s.log.mu.Unlock()
+	}
+	return err
+}
+
+// TestCallsShareMessages: concurrent callers' calls share the stream's
+// messages, both ways, each caller still gets its own reply, and a message
+// of several calls stays within maxMuxedCall bytes (calls of 300 KB go at
+// most three to a message).
+func TestCallsShareMessages(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token, Limits: ledger.Limits{MaxArgumentBytes: 400 << 10}})
+	secret := bytes.Repeat([]byte{8}, 32)
+	var log messageLog
+	c := dial(t, client.Config{Server: srv.Addr(), Entity: "erin", Secret: secret, AdminToken: token,
+		DialOptions: []grpc.DialOption{log.option()}})
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const echo = "def invoke(ledger, args):\n    return len(args['pad'])\n"
+	if err := c.RegisterContract(ctx, "echo", []byte(echo)); err != nil {
+		t.Fatal(err)
+	}
+	run := func(goroutines, each, pad int) {
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					n := pad + g*each + i
+					res, err := c.Execute(ctx, "echo", fmt.Appendf(nil, `{"pad":%q}`, bytes.Repeat([]byte("x"), n)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if string(res.Result) != fmt.Sprint(n) {
+						t.Errorf("a caller got the result %s, want its own %d", res.Result, n)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	run(32, 20, 0)
+	log.mu.Lock()
+	calls, shared := 0, 0
+	for _, m := range log.sent {
+		calls += len(m.Calls)
+		if len(m.Calls) > 1 {
+			shared++
+		}
+	}
+	replies, sharedReplies := 0, 0
+	for _, n := range log.replies {
+		replies += n
+		if n > 1 {
+			sharedReplies++
+		}
+	}
+	log.sent, log.replies = nil, nil
+	log.mu.Unlock()
+	if calls < 640 || replies != calls {
+		t.Fatalf("%d calls sent and %d replies received, want at least 640 and as many replies", calls, replies)
+	}
+	if shared == 0 || sharedReplies == 0 {
+		t.Errorf("%d messages of several calls and %d of several replies among %d calls: nothing shared a message", shared, sharedReplies, calls)
+	}
+
+	run(8, 3, 300<<10)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, m := range log.sent {
+		if n := proto.Size(m); len(m.Calls) > 1 && n > client.MaxMuxedCall {
+			t.Errorf("a message of %d calls is %d bytes, more than %d", len(m.Calls), n, client.MaxMuxedCall)
+		}
+	}
 }

@@ -4,67 +4,76 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
-// maxStreamCalls bounds the calls one Calls stream has in flight; past it
-// the server stops reading the stream, and HTTP/2 flow control holds the
-// client back.
+// maxStreamCalls bounds the calls one CallBatches stream has in flight;
+// past it the server stops reading the stream, and HTTP/2 flow control
+// holds the client back.
 const maxStreamCalls = 1024
 
-// maxCallReply is the largest reply a Calls stream carries: the Go SDK's
-// receive limit (client.MaxReplyBytes). A larger one would fail the
-// client's receive and so the whole stream; the call gets
-// RESOURCE_EXHAUSTED instead, which is what a unary call gets.
+// maxCallReply is the largest message of replies a CallBatches stream
+// carries: the Go SDK's receive limit (client.MaxReplyBytes). A reply too
+// large to fit one alone would fail the client's receive and so the whole
+// stream; the call gets RESOURCE_EXHAUSTED instead, which is what a unary
+// call gets.
 var maxCallReply = 64 << 20 // a variable for tests
 
-// Calls serves ExecuteContract and GetTxState calls multiplexed over one
-// stream. Calls run concurrently, as unary calls would; one goroutine
-// sends the replies, since a stream's Send is not safe for
-// concurrent use. On shutdown (s.closing) it stops taking calls, answers
-// the ones it took, and ends the stream; calls the client sent meanwhile
-// are not executed, and the client sees the stream end before their reply
-// (a lost reply, which the SDK retries with the same nonce).
-func (s *service) Calls(st api.Ledger_CallsServer) error {
+// batchEntry is what a call or reply of n bytes takes in a message of
+// them: its tag, length and bytes.
+func batchEntry(n int) int { return 1 + protowire.SizeBytes(n) }
+
+// sizedReply is a reply and its encoded size.
+type sizedReply struct {
+	r *api.CallReply
+	n int
+}
+
+// CallBatches serves ExecuteContract and GetTxState calls multiplexed over
+// one stream. Calls run concurrently, as unary calls would; one goroutine
+// sends the replies, since a stream's Send is not safe for concurrent
+// use, and it puts every reply ready when it sends into one message (up to
+// maxCallReply bytes): a message costs the transport about as much as the
+// bytes of a ledger transaction's reply. On shutdown (s.closing) it stops
+// taking calls, answers the ones it took, and ends the stream; calls the
+// client sent meanwhile are not executed, and the client sees the stream
+// end before their reply (a lost reply, which the SDK retries with the
+// same nonce).
+func (s *service) CallBatches(st api.Ledger_CallBatchesServer) error {
 	ctx := st.Context()
 	reqs := make(chan *api.CallRequest)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			req, err := st.Recv()
+			batch, err := st.Recv()
 			if err != nil {
 				recvErr <- err
 				return
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
+			for _, req := range batch.Calls {
+				select {
+				case reqs <- req:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
 
-	replies := make(chan *api.CallReply, 64)
+	replies := make(chan sizedReply, 64)
 	sent := make(chan error, 1)
-	go func() {
-		var err error
-		for r := range replies {
-			if err == nil {
-				err = st.Send(r)
-			}
-			// After a failed Send keep draining, so no call blocks.
-		}
-		sent <- err
-	}()
+	go func() { sent <- sendReplies(st, replies) }()
 
 	// Calls run on workers that outlive them: a goroutine per call paid
 	// for growing its stack to what an execute needs every time (as
@@ -124,9 +133,58 @@ loop:
 	return nil
 }
 
-// call runs one call of a Calls stream through the same interceptor a
-// unary call takes, and turns its outcome into the reply.
-func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply {
+// sendReplies sends the replies of a stream until the channel closes,
+// each message holding the replies ready when it is sent. After a failed
+// Send it keeps draining, so no call blocks; it returns the first error.
+func sendReplies(st api.Ledger_CallBatchesServer, replies <-chan sizedReply) error {
+	var err error
+	var held *sizedReply // taken, but past the last message's room
+	for {
+		var first sizedReply
+		if held != nil {
+			first, held = *held, nil
+		} else {
+			r, ok := <-replies
+			if !ok {
+				return err
+			}
+			first = r
+		}
+		msg := &api.CallReplies{Replies: []*api.CallReply{first.r}}
+		size, open := batchEntry(first.n), true
+		if len(replies) == 0 {
+			runtime.Gosched() // as the client's sender does (client/mux.go)
+		}
+	fill:
+		for {
+			select {
+			case r, ok := <-replies:
+				if !ok {
+					open = false
+					break fill
+				}
+				if size+batchEntry(r.n) > maxCallReply {
+					held = &r
+					break fill
+				}
+				msg.Replies = append(msg.Replies, r.r)
+				size += batchEntry(r.n)
+			default:
+				break fill
+			}
+		}
+		if err == nil {
+			err = st.Send(msg)
+		}
+		if !open {
+			return err
+		}
+	}
+}
+
+// call runs one call of a CallBatches stream through the same interceptor
+// a unary call takes, and turns its outcome into the reply.
+func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 	if req.TimeoutMicros > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
@@ -138,10 +196,11 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 		code, kind = errorCode(err)
 		return nil, status.Error(code, err.Error())
 	}
-	method := "/kiroku.v1.Ledger/Calls"
+	method := api.Ledger_CallBatches_FullMethodName
 	h := func(context.Context, any) (any, error) {
 		return nil, status.Error(codes.InvalidArgument, "a call carries neither execute nor get_tx_state")
 	}
+	size := 0
 	switch c := req.Call.(type) {
 	case *api.CallRequest_Execute:
 		method = api.Ledger_ExecuteContract_FullMethodName
@@ -151,10 +210,10 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 				return fail(err)
 			}
 			out := &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}
-			if n := proto.Size(out); n > maxCallReply {
+			if size = proto.Size(out); batchEntry(size) > maxCallReply {
 				// Sent, it would end the stream of every caller sharing it.
-				return nil, status.Errorf(codes.ResourceExhausted, "the reply of committed transaction %s is %d bytes, more than the %d a Calls stream carries: read its outcome with GetTxState and its proofs with GetProof",
-					c.Execute.GetNonce(), n, maxCallReply)
+				return nil, status.Errorf(codes.ResourceExhausted, "the reply of committed transaction %s is %d bytes, more than the %d a CallBatches stream carries: read its outcome with GetTxState and its proofs with GetProof",
+					c.Execute.GetNonce(), size, maxCallReply-batchEntry(0))
 			}
 			return out, nil
 		}
@@ -171,7 +230,12 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallReply
 	out, err := s.observe(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
 	if err != nil {
 		st := status.Convert(err)
-		return &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind}}}
+		r := &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind}}}
+		return sizedReply{r, proto.Size(r)}
 	}
-	return out.(*api.CallReply)
+	r := out.(*api.CallReply)
+	if size == 0 {
+		size = proto.Size(r)
+	}
+	return sizedReply{r, size}
 }

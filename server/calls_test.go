@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,11 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
 )
 
-// TestCallsReplyOverLimit: a reply larger than a Calls stream carries
+// TestCallsReplyOverLimit: a reply larger than a CallBatches stream carries
 // fails its own call with RESOURCE_EXHAUSTED (the transaction stays
 // committed) and the stream goes on serving the others; sent, it would
 // have failed the client's receive and so every call sharing the stream.
@@ -63,6 +65,77 @@ func TestCallsReplyOverLimit(t *testing.T) {
 		t.Fatalf("a call after the refused reply: %v", err)
 	}
 	if n := streams.Load(); n != 1 {
-		t.Errorf("the client opened %d Calls streams, want 1", n)
+		t.Errorf("the client opened %d CallBatches streams, want 1", n)
 	}
+}
+
+// TestRepliesShareMessagesWithinLimit: replies ready together share a
+// message, but never past maxCallReply bytes, the client's receive limit:
+// a message over it would fail the client's receive and so the stream of
+// every caller sharing it.
+func TestRepliesShareMessagesWithinLimit(t *testing.T) {
+	defer func(n int) { maxCallReply = n }(maxCallReply)
+	maxCallReply = 64 << 10
+	ctx := context.Background()
+	const token = "admin-token"
+	srv, err := Start(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(time.Second)
+	var streams, shared atomic.Int32
+	watch := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		return &sharedCount{ClientStream: cs, shared: &shared}, err
+	})
+	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "fay", Secret: bytes.Repeat([]byte{3}, 32), AdminToken: token,
+		DialOptions: []grpc.DialOption{watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Each reply is about 25 KB: two fit a message, three do not.
+	const wide = "def invoke(ledger, args):\n    return 'w' * 25000\n"
+	if err := c.RegisterContract(ctx, "wide", []byte(wide)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 6 {
+				if res, err := c.Execute(ctx, "wide", []byte(`{}`)); err != nil || len(res.Result) < 25000 {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := streams.Load(); n != 1 {
+		t.Errorf("the client opened %d CallBatches streams, want 1: a message of replies passed the limit", n)
+	}
+	if shared.Load() == 0 {
+		t.Error("no message carried two replies: the limit was not put to the test")
+	}
+}
+
+// sharedCount counts the messages received that carry several replies.
+type sharedCount struct {
+	grpc.ClientStream
+	shared *atomic.Int32
+}
+
+func (s *sharedCount) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if b, ok := m.(*api.CallReplies); ok && err == nil && len(b.Replies) > 1 {
+		s.shared.Add(1)
+	}
+	return err
 }

@@ -96,7 +96,7 @@ type Running struct {
 	log     *slog.Logger
 	done    chan error
 	serving bool          // grpc.Serve owns the listener
-	closing chan struct{} // closed by stop: Calls streams wind down
+	closing chan struct{} // closed by stop: CallBatches streams wind down
 
 	stopOnce sync.Once
 	stopErr  error
@@ -213,7 +213,7 @@ func (r *Running) Stop(grace time.Duration) error {
 
 func (r *Running) stop(grace time.Duration) error {
 	stopped := make(chan struct{})
-	close(r.closing) // Calls streams end once their calls are answered
+	close(r.closing) // CallBatches streams end once their calls are answered
 	go func() { r.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:

@@ -24,10 +24,10 @@ type service struct {
 	l          *ledger.Ledger
 	adminToken string
 	key        *api.LedgerKey
-	// observe wraps each call that arrives over the Calls stream as it
+	// observe wraps each call that arrives over the CallBatches stream as it
 	// wraps a unary call (metrics, logging): the server's interceptor.
 	observe grpc.UnaryServerInterceptor
-	// closing ends the Calls streams once their received calls are
+	// closing ends the CallBatches streams once their received calls are
 	// answered (graceful shutdown: GracefulStop waits for streams).
 	closing chan struct{}
 }

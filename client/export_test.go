@@ -1,0 +1,4 @@
+package client
+
+// MaxMuxedCall is maxMuxedCall, for the external tests.
+const MaxMuxedCall = maxMuxedCall
