@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -280,8 +281,11 @@ var Builtins = map[string]Contract{
 // safe integers, bounded nesting), and accepts only an object whose keys
 // are among fields, spelled exactly: encoding/json alone would take the
 // last of two equal keys and match keys case-insensitively, so one signed
-// argument could be read two ways.
-func builtinArgs(args []byte, dst any, fields ...string) error {
+// argument could be read two ways. simple, if not nil, decodes the
+// members of an argument in the subset simpleMembers reads, and reports
+// whether each was of its field's type; if it cannot, encoding/json
+// decodes the argument (and names what is wrong).
+func builtinArgs(args []byte, dst any, simple func([]member) bool, fields ...string) error {
 	canon, err := Canonical(args, ErrBadArgument)
 	if err != nil {
 		return err
@@ -291,6 +295,12 @@ func builtinArgs(args []byte, dst any, fields ...string) error {
 	}
 	if k, ok := unknownKey(canon, fields); !ok {
 		return fmt.Errorf("%w: unknown field %s", ErrBadArgument, truncate(k, 40))
+	}
+	if simple != nil {
+		var buf [4]member
+		if ms, ok := simpleMembers(canon, buf[:0]); ok && simple(ms) {
+			return nil
+		}
 	}
 	if err := json.Unmarshal(canon, dst); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadArgument, err)
@@ -337,7 +347,13 @@ func ycsbC(c *Context, args []byte) ([]byte, error) {
 		IDs []string `json:"ids"`
 	}
 	const want = `want {"ids": [...]}`
-	if err := builtinArgs(args, &a, "ids"); err != nil {
+	simple := func(ms []member) (ok bool) {
+		for _, m := range ms { // "ids" alone: builtinArgs checked the names
+			a.IDs, ok = simpleStrings(m.raw)
+		}
+		return ok || len(ms) == 0
+	}
+	if err := builtinArgs(args, &a, simple, "ids"); err != nil {
 		return nil, fmt.Errorf("%w; %s", err, want)
 	}
 	if len(a.IDs) == 0 {
@@ -364,7 +380,21 @@ func ycsbF(c *Context, args []byte) ([]byte, error) {
 		Payload string `json:"payload"`
 	}
 	const want = `want {"id": ..., "payload": ...}`
-	if err := builtinArgs(args, &a, "id", "payload"); err != nil {
+	simple := func(ms []member) bool {
+		for _, m := range ms {
+			v, ok := simpleString(m.raw)
+			if !ok {
+				return false
+			}
+			if m.name == "id" {
+				a.ID = v
+			} else {
+				a.Payload = v
+			}
+		}
+		return true
+	}
+	if err := builtinArgs(args, &a, simple, "id", "payload"); err != nil {
 		return nil, fmt.Errorf("%w; %s", err, want)
 	}
 	if a.ID == "" {
@@ -377,23 +407,70 @@ func ycsbF(c *Context, args []byte) ([]byte, error) {
 	if v == nil {
 		return nil, fmt.Errorf("%w: asset %s does not exist", ErrContractFailed, a.ID)
 	}
-	var cur struct {
-		Payload string `json:"payload"`
-		Updates int64  `json:"updates"`
-	}
-	if err := json.Unmarshal(v.Value, &cur); err != nil {
-		return nil, fmt.Errorf("%w: asset %s: %v", ErrContractFailed, a.ID, err)
+	var cur ycsbValue
+	if !cur.simple(v.Value) {
+		cur.Payload, cur.Updates = "", 0
+		if err := json.Unmarshal(v.Value, &cur); err != nil {
+			return nil, fmt.Errorf("%w: asset %s: %v", ErrContractFailed, a.ID, err)
+		}
 	}
 	cur.Payload = a.Payload
 	cur.Updates++
-	next, err := json.Marshal(cur)
-	if err != nil {
-		return nil, err
+	if next, ok := cur.appendSimple(make([]byte, 0, 32+len(cur.Payload))); ok {
+		// Canonical already, as Put would make it.
+		if err := c.putCanonical(a.ID, next); err != nil {
+			return nil, err
+		}
+	} else {
+		next, err := json.Marshal(cur)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Put(a.ID, next); err != nil {
+			return nil, err
+		}
 	}
-	if err := c.Put(a.ID, next); err != nil {
-		return nil, err
+	return append(strconv.AppendInt(append(make([]byte, 0, 32), `{"age":`...), v.Age+1, 10), '}'), nil
+}
+
+// ycsbValue is the value of a YCSB asset.
+type ycsbValue struct {
+	Payload string `json:"payload"`
+	Updates int64  `json:"updates"`
+}
+
+// simple decodes v from canon if it is in the subset simpleMembers reads
+// and its members have the types of v's fields; absent members leave
+// their fields as they are, as encoding/json does.
+func (v *ycsbValue) simple(canon []byte) bool {
+	var buf [2]member
+	ms, ok := simpleMembers(canon, buf[:0])
+	for _, m := range ms {
+		switch {
+		case m.name == "payload":
+			v.Payload, ok = simpleString(m.raw)
+		case m.name == "updates":
+			v.Updates, ok = simpleInt(m.raw)
+		case strings.EqualFold(m.name, "payload") || strings.EqualFold(m.name, "updates"):
+			ok = false // encoding/json would take it for the field
+		}
+		if !ok {
+			return false
+		}
 	}
-	return []byte(fmt.Sprintf(`{"age":%d}`, v.Age+1)), nil
+	return ok
+}
+
+// appendSimple appends v's canonical JSON if its payload is in the subset
+// simpleMembers reads (its updates count is a safe integer).
+func (v *ycsbValue) appendSimple(b []byte) ([]byte, bool) {
+	b = append(b, `{"payload":`...)
+	b, ok := appendSimpleString(b, v.Payload)
+	if !ok || v.Updates < 0 || v.Updates > maxSafeInt {
+		return nil, false
+	}
+	b = append(b, `,"updates":`...)
+	return append(strconv.AppendInt(b, v.Updates, 10), '}'), true
 }
 
 func bulkLoad(c *Context, args []byte) ([]byte, error) {
@@ -404,7 +481,7 @@ func bulkLoad(c *Context, args []byte) ([]byte, error) {
 		Payload string `json:"payload"`
 	}
 	const want = `want {"prefix", "first" ≥ 0, "count" > 0, "payload"}`
-	if err := builtinArgs(args, &a, "prefix", "first", "count", "payload"); err != nil {
+	if err := builtinArgs(args, &a, nil, "prefix", "first", "count", "payload"); err != nil {
 		return nil, fmt.Errorf("%w; %s", err, want)
 	}
 	if a.Count <= 0 || a.First < 0 {

@@ -504,3 +504,87 @@ func ageMapJSON(m map[string]int64) []byte {
 	}
 	return append(b, '}')
 }
+
+// member is one member of an object in the subset isCanonical accepts:
+// its name and its value's bytes.
+type member struct {
+	name string
+	raw  []byte
+}
+
+// simpleMembers returns the members of b, in order, if b is an object in
+// the subset isCanonical accepts; ok is false for anything else. Built-in
+// contracts decode their arguments and values through it, falling back to
+// encoding/json (which takes several times as long) when it says no or a
+// member is not of the type they want, so the two paths agree.
+func simpleMembers(b []byte, dst []member) (ms []member, ok bool) {
+	if len(b) < 2 || b[0] != '{' || !isCanonical(b) {
+		return nil, false
+	}
+	if b[1] == '}' {
+		return dst, true
+	}
+	// isCanonical vouched for the structure: each member is a string, a
+	// colon and a value, followed by a comma or the closing brace.
+	for i := 1; ; {
+		j, _ := canonicalString(b, i)
+		k, _ := canonicalValue(b, j+1, 1)
+		dst = append(dst, member{name: string(b[i+1 : j-1]), raw: b[j+1 : k]})
+		if b[k] == '}' {
+			return dst, true
+		}
+		i = k + 1
+	}
+}
+
+// simpleString is the value of a string member of the subset (which has
+// no escapes: its bytes are its value).
+func simpleString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	return string(raw[1 : len(raw)-1]), true
+}
+
+// simpleInt is the value of an integer member of the subset.
+func simpleInt(raw []byte) (int64, bool) {
+	if len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return n, err == nil
+}
+
+// simpleStrings is the value of a member of the subset that is an array
+// of strings.
+func simpleStrings(raw []byte) ([]string, bool) {
+	if len(raw) < 2 || raw[0] != '[' {
+		return nil, false
+	}
+	out := []string{}
+	for i := 1; raw[i] != ']'; {
+		j, ok := canonicalString(raw, i)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, string(raw[i+1:j-1]))
+		if raw[j] == ',' {
+			j++
+		}
+		i = j
+	}
+	return out, true
+}
+
+// appendSimpleString appends s as a JSON string in the subset, if it
+// belongs there (printable ASCII without a quote or backslash).
+func appendSimpleString(b []byte, s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return b, false
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), true
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,4 +111,48 @@ func TestCanonicalFastPath(t *testing.T) {
 			t.Errorf("%.50s takes the fast path but the transform gives %s, %v", c.in, slow, err)
 		}
 	}
+}
+
+// FuzzSimpleDecode checks the built-ins' fast decoding against
+// encoding/json: whatever the fast path decodes, encoding/json decodes to
+// the same, and a value the fast path encodes is the canonical form of
+// what encoding/json encodes.
+func FuzzSimpleDecode(f *testing.F) {
+	for _, s := range []string{`{"id":"a1","payload":"x"}`, `{"payload":"p<&>","updates":7}`, `{"UPDATES":5,"updates":1}`,
+		`{"Updates":3}`, `{"ids":["a","b"]}`, `{"ids":[]}`, `{"ids":["a",1]}`, `{"payload":1}`, `{"updates":"x"}`, `{}`,
+		`{"payload":null}`, `{"updates":-0}`, `{"updates":9007199254740991}`, `{"a":{"b":[1]},"id":"x"}`, `[1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fast, slow ycsbValue
+		if fast.simple(b) {
+			if err := json.Unmarshal(b, &slow); err != nil || fast != slow {
+				t.Fatalf("value %s: fast %+v, encoding/json %+v, %v", b, fast, slow, err)
+			}
+			if out, ok := fast.appendSimple(nil); ok {
+				m, _ := json.Marshal(fast)
+				if want, err := Canonical(m, ErrBadValue); err != nil || !bytes.Equal(out, want) {
+					t.Fatalf("value %+v: fast encoding %s, canonical %s (%v)", fast, out, want, err)
+				}
+			}
+		}
+		if ms, ok := simpleMembers(b, nil); ok {
+			for _, m := range ms {
+				var any struct {
+					S  string
+					N  int64
+					SS []string
+				}
+				if v, ok := simpleString(m.raw); ok && (json.Unmarshal(m.raw, &any.S) != nil || any.S != v) {
+					t.Fatalf("string %s: fast %q, encoding/json %q", m.raw, v, any.S)
+				}
+				if v, ok := simpleInt(m.raw); ok && (json.Unmarshal(m.raw, &any.N) != nil || any.N != v) {
+					t.Fatalf("integer %s: fast %d, encoding/json %d", m.raw, v, any.N)
+				}
+				if v, ok := simpleStrings(m.raw); ok && (json.Unmarshal(m.raw, &any.SS) != nil || !slices.Equal(any.SS, v)) {
+					t.Fatalf("strings %s: fast %q, encoding/json %q", m.raw, v, any.SS)
+				}
+			}
+		}
+	})
 }
