@@ -33,7 +33,10 @@ func (db *DB) begin(unsynced bool) (storage.Txn, error) {
 	if err := db.usable("begin"); err != nil {
 		return nil, err
 	}
-	return &Txn{db: db, x: tx{db: db}, unsynced: unsynced}, nil
+	t := &Txn{db: db, x: tx{db: db}, unsynced: unsynced}
+	x := &t.x
+	x.reads, x.nodes = t.bufs.reads[:0], t.bufs.nodes[:0]
+	return t, nil
 }
 
 // Txn is a transaction of the storage API.
@@ -42,6 +45,13 @@ type Txn struct {
 	x        tx
 	done     bool
 	unsynced bool // Commit returns once visible (see DB.Unsynced)
+	// bufs backs x's read and node sets while they are small, so that a
+	// short transaction allocates them with itself rather than growing
+	// each (the write set starts at minWrites, see addWrite).
+	bufs struct {
+		reads [4]readEntry
+		nodes [2]nodeEntry
+	}
 }
 
 func (t *Txn) table(op, ns, name string) (*table, error) {
@@ -188,6 +198,8 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	} else {
 		recs, pv := p.rangeRecords(lo, hi, desc)
 		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
+		rows = make([]scanned, 0, len(recs))
+		x.reads = slices.Grow(x.reads, len(recs))
 		for _, r := range recs {
 			tid, rw := r.readStable()
 			x.noteRead(r, tid)

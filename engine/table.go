@@ -380,7 +380,7 @@ func (p *partition) rangeRecords(lo, hi string, desc bool) ([]*record, uint64) {
 	}
 	p.cl.mu.RLock()
 	defer p.cl.mu.RUnlock()
-	var out []*record
+	out := make([]*record, 0, min(p.cl.tree.Len(), 16)) // one allocation for a short range
 	visit := func(r *record) bool {
 		out = append(out, r)
 		return true

@@ -80,8 +80,15 @@ func (x *tx) findWrite(k wkey, h uint64) int {
 	return -1
 }
 
+// minWrites is the room a write set starts with: a ledger transaction
+// writes three records, and growing from one entry would allocate thrice.
+const minWrites = 3
+
 func (x *tx) addWrite(w writeEntry) {
 	x.last = len(x.writes)
+	if x.writes == nil {
+		x.writes = make([]writeEntry, 0, minWrites)
+	}
 	x.writes = append(x.writes, w)
 	if x.widx == nil && len(x.writes) > linearWrites {
 		x.widx = make(map[wkey]int, 2*len(x.writes))
@@ -215,7 +222,7 @@ func (x *tx) putRow(t *table, pk, ck string, r *row) {
 // record; x.cand[i] is write i's partition, or nil when commitOn must
 // look it up or create it (a missing partition, a 64-bit hash collision).
 func (x *tx) resolve() {
-	cand := x.cand[:0]
+	cand := slices.Grow(x.cand[:0], len(x.writes))
 	for i := range x.writes {
 		wr := &x.writes[i]
 		cand = append(cand, wr.t.shardOf(wr.h).candidate(wr.h))
@@ -351,7 +358,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	// Phase 1: lock the write set in a global order: record addresses, as
 	// Silo does. Go's collector never moves heap objects, so a record's
 	// address is fixed for its lifetime.
-	ws := x.order[:0]
+	ws := slices.Grow(x.order[:0], len(x.writes))
 	for i := range x.writes {
 		ws = append(ws, &x.writes[i])
 	}
