@@ -24,36 +24,13 @@ import (
 // committed) and the stream goes on serving the others; sent, it would
 // have failed the client's receive and so every call sharing the stream.
 func TestCallsReplyOverLimit(t *testing.T) {
-	defer func(n int) { maxCallReply = n }(maxCallReply)
-	maxCallReply = 64 << 10
-	ctx := context.Background()
-	const token = "admin-token"
-	srv, err := Start(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: token,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop(time.Second)
 	var streams atomic.Int32
-	count := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		streams.Add(1)
-		return streamer(ctx, desc, cc, method, opts...)
-	})
-	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "erin", Secret: bytes.Repeat([]byte{7}, 32), AdminToken: token,
-		// The client's receive limit is the stream's, as the SDK's is.
-		DialOptions: []grpc.DialOption{count, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.RegisterSecret(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := limitedStream(t, "erin", &streams, nil)
 	const writer = "def invoke(ledger, args):\n    for i in range(args['n']):\n        ledger.put('a%d-%d' % (args['run'], i), i)\n    return args['n']\n"
 	if err := c.RegisterContract(ctx, "writer", []byte(writer)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Execute(ctx, "writer", []byte(`{"n":1000,"run":1}`))
+	_, err := c.Execute(ctx, "writer", []byte(`{"n":1000,"run":1}`))
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Code != codes.ResourceExhausted {
 		t.Fatalf("a reply over the stream's limit: got %v, want RESOURCE_EXHAUSTED", err)
@@ -74,31 +51,8 @@ func TestCallsReplyOverLimit(t *testing.T) {
 // a message over it would fail the client's receive and so the stream of
 // every caller sharing it.
 func TestRepliesShareMessagesWithinLimit(t *testing.T) {
-	defer func(n int) { maxCallReply = n }(maxCallReply)
-	maxCallReply = 64 << 10
-	ctx := context.Background()
-	const token = "admin-token"
-	srv, err := Start(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: token,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop(time.Second)
 	var streams, shared atomic.Int32
-	watch := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		streams.Add(1)
-		cs, err := streamer(ctx, desc, cc, method, opts...)
-		return &sharedCount{ClientStream: cs, shared: &shared}, err
-	})
-	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "fay", Secret: bytes.Repeat([]byte{3}, 32), AdminToken: token,
-		DialOptions: []grpc.DialOption{watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.RegisterSecret(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := limitedStream(t, "fay", &streams, &shared)
 	// Each reply is about 25 KB: two fit a message, three do not.
 	const wide = "def invoke(ledger, args):\n    return 'w' * 25000\n"
 	if err := c.RegisterContract(ctx, "wide", []byte(wide)); err != nil {
@@ -124,6 +78,44 @@ func TestRepliesShareMessagesWithinLimit(t *testing.T) {
 	if shared.Load() == 0 {
 		t.Error("no message carried two replies: the limit was not put to the test")
 	}
+}
+
+// limitedStream starts a server whose CallBatches messages of replies
+// carry at most 64 KiB, and returns a client of it for entity whose
+// receive limit is the same (as the SDK's is the server's) and which
+// counts the streams it opens and, if shared is not nil, the messages it
+// receives with several replies.
+func limitedStream(t *testing.T, entity string, streams, shared *atomic.Int32) (context.Context, *client.Client) {
+	t.Helper()
+	old := maxCallReply
+	maxCallReply = 64 << 10
+	t.Cleanup(func() { maxCallReply = old })
+	ctx := context.Background()
+	const token = "admin-token"
+	srv, err := Start(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop(time.Second) })
+	watch := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if shared == nil || err != nil {
+			return cs, err
+		}
+		return &sharedCount{ClientStream: cs, shared: shared}, nil
+	})
+	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: entity, Secret: bytes.Repeat([]byte(entity[:1]), 32), AdminToken: token,
+		DialOptions: []grpc.DialOption{watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
 }
 
 // sharedCount counts the messages received that carry several replies.
