@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/internal/batch"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
@@ -166,46 +166,17 @@ func refused(code codes.Code) bool {
 // send is the one goroutine that writes s (Send is not safe for
 // concurrent use, and it may block on flow control, which callers must
 // not wait out past their ctx). Each message carries the calls queued
-// when it is sent.
+// when it is sent, up to maxMuxedCall bytes (see batch.Queue).
 func (m *mux) send(s *muxStream) {
-	batch := make([]*muxCall, 0, maxBatchCalls)
-	var held *muxCall // taken, but past the last message's room
+	q := batch.Queue[*muxCall]{C: s.sendq, Size: func(c *muxCall) int { return c.size }, Room: maxMuxedCall, Most: maxBatchCalls}
+	buf := make([]*muxCall, 0, maxBatchCalls)
 	for {
-		batch = batch[:0]
-		if held != nil {
-			batch, held = append(batch, held), nil
-		} else {
-			select {
-			case c := <-s.sendq:
-				batch = append(batch, c)
-			case <-s.done:
-				return
-			}
+		calls, ok := q.Next(buf[:0], s.done)
+		if !ok {
+			return
 		}
-		size := batch[0].size
-		if len(s.sendq) == 0 {
-			// This goroutine is woken by the first call queued, before
-			// the callers about to queue theirs have run: yield once so
-			// that they can (with nothing else runnable, Gosched returns
-			// at once and a lone call waits for nothing).
-			runtime.Gosched()
-		}
-	fill:
-		for len(batch) < maxBatchCalls {
-			select {
-			case c := <-s.sendq:
-				if size+c.size > maxMuxedCall {
-					held = c
-					break fill
-				}
-				batch = append(batch, c)
-				size += c.size
-			default:
-				break fill
-			}
-		}
-		msg := &api.CallRequests{Calls: make([]*api.CallRequest, len(batch))}
-		for i, c := range batch {
+		msg := &api.CallRequests{Calls: make([]*api.CallRequest, len(calls))}
+		for i, c := range calls {
 			msg.Calls[i] = c.req
 		}
 		if err := s.stream.Send(msg); err != nil {
@@ -213,7 +184,7 @@ func (m *mux) send(s *muxStream) {
 			// Anything else (a request would not marshal, say) is the
 			// fault of the calls sent, and grpc has ended the stream.
 			if err != io.EOF {
-				s.blame(batch, status.Convert(err).Err())
+				s.blame(calls, status.Convert(err).Err())
 			}
 			m.broken(s, err)
 			return

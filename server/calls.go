@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
+	"github.com/kiroku-db/kiroku/internal/batch"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
@@ -134,51 +134,27 @@ loop:
 }
 
 // sendReplies sends the replies of a stream until the channel closes,
-// each message holding the replies ready when it is sent. After a failed
-// Send it keeps draining, so no call blocks; it returns the first error.
+// each message holding the replies ready when it is sent, up to
+// maxCallReply bytes (see batch.Queue). After a failed Send it keeps
+// draining, so no call blocks; it returns the first error.
 func sendReplies(st api.Ledger_CallBatchesServer, replies <-chan sizedReply) error {
+	q := batch.Queue[sizedReply]{C: replies, Size: func(r sizedReply) int { return batchEntry(r.n) }, Room: maxCallReply}
 	var err error
-	var held *sizedReply // taken, but past the last message's room
+	var buf []sizedReply
 	for {
-		var first sizedReply
-		if held != nil {
-			first, held = *held, nil
-		} else {
-			r, ok := <-replies
-			if !ok {
-				return err
-			}
-			first = r
-		}
-		msg := &api.CallReplies{Replies: []*api.CallReply{first.r}}
-		size, open := batchEntry(first.n), true
-		if len(replies) == 0 {
-			runtime.Gosched() // as the client's sender does (client/mux.go)
-		}
-	fill:
-		for {
-			select {
-			case r, ok := <-replies:
-				if !ok {
-					open = false
-					break fill
-				}
-				if size+batchEntry(r.n) > maxCallReply {
-					held = &r
-					break fill
-				}
-				msg.Replies = append(msg.Replies, r.r)
-				size += batchEntry(r.n)
-			default:
-				break fill
-			}
-		}
-		if err == nil {
-			err = st.Send(msg)
-		}
-		if !open {
+		rs, ok := q.Next(buf[:0], nil)
+		if !ok {
 			return err
 		}
+		buf = rs
+		if err != nil {
+			continue
+		}
+		msg := &api.CallReplies{Replies: make([]*api.CallReply, len(rs))}
+		for i, r := range rs {
+			msg.Replies[i] = r.r
+		}
+		err = st.Send(msg)
 	}
 }
 
