@@ -61,6 +61,10 @@ type EngineResult struct {
 	// SyncP50 and SyncP99: the sync clients' begin-to-durable latency.
 	SyncP50 float64 `json:"sync_begin_to_durable_p50_ms"`
 	SyncP99 float64 `json:"sync_begin_to_durable_p99_ms"`
+	// CPUMicros is the process's CPU time (user plus system, every
+	// goroutine: workers, loggers, collector) over the measured window per
+	// committed transaction. Kernel writeback threads are not in it.
+	CPUMicros float64 `json:"cpu_us_per_txn"`
 	// With Recovery:
 	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
 	LogBytes          int64   `json:"log_bytes,omitempty"`
@@ -199,6 +203,11 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		mu.Unlock()
 		stop.Store(true)
 	}
+	cpuClock := CPUClock()
+	cpu0, err := cpuClock()
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	syncHist := newHist()
 	// one runs a transaction of the workload; it returns the commit epoch.
@@ -317,6 +326,10 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	stop.Store(true)
 	elapsed := time.Since(start)
 	wg.Wait()
+	cpu1, err := cpuClock()
+	if err != nil {
+		fail(err)
+	}
 	// Every sampled commit must become durable and be seen by the watcher
 	// before it stops: dropping the slowest samples would flatter p99.
 	var lastSampled uint64
@@ -359,6 +372,9 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		res.AbortRate = float64(res.Aborted) / float64(n)
 	}
 	res.SyncTxnPerSec = float64(syncDone.Load()) / res.Seconds
+	if res.Committed > 0 {
+		res.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(res.Committed)
+	}
 	lat := hdrhistogram.New(1, 60_000_000, 3)
 	if cfg.Log == "none" {
 		lat.RecordValue(0)

@@ -81,7 +81,7 @@ loading the checkpoint and replaying the run's log.`,
 					}
 					all[i] = append(all[i], r)
 					if !asJSON {
-						fmt.Fprintf(cmd.ErrOrStderr(), "  run %d log=%s: %.0f txn/s\n", run+1, c.Log, r.TxnPerSec)
+						fmt.Fprintf(cmd.ErrOrStderr(), "  run %d log=%s: %.0f txn/s, %.2f CPU µs/txn\n", run+1, c.Log, r.TxnPerSec, r.CPUMicros)
 					}
 				}
 			}
@@ -101,14 +101,14 @@ loading the checkpoint and replaying the run's log.`,
 				cfg.Workload, cfg.OpsPerTxn, cfg.Records, cfg.KeySize, cfg.ValueSize, cfg.Threads, cfg.SyncClients, cfg.Epoch,
 				cfg.Duration, runs, time.Now().UTC().Format(time.RFC3339))
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "log\tcommitted txn/s\tabort rate\tsync durable txn/s\tsync begin→durable p50 ms\tp99 ms\tcommit→durable p50 ms\tp99 ms\tload s\t")
+			fmt.Fprintln(tw, "log\tcommitted txn/s\tabort rate\tsync durable txn/s\tsync begin→durable p50 ms\tp99 ms\tcommit→durable p50 ms\tp99 ms\tCPU µs/txn\tload s\t")
 			for _, r := range medians {
 				label := r.Log
 				if r.Log == "none" {
 					label = "none (baseline)"
 				}
-				fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t\n", label, r.TxnPerSec, r.AbortRate, r.SyncTxnPerSec,
-					r.SyncP50, r.SyncP99, r.DurableP50, r.DurableP99, r.LoadSeconds)
+				fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.2f\t%.1f\t\n", label, r.TxnPerSec, r.AbortRate, r.SyncTxnPerSec,
+					r.SyncP50, r.SyncP99, r.DurableP50, r.DurableP99, r.CPUMicros, r.LoadSeconds)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -120,7 +120,8 @@ loading the checkpoint and replaying the run's log.`,
 				}
 			}
 			if len(medians) == 2 && medians[1].TxnPerSec > 0 {
-				fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput\n", 100*(1-medians[0].TxnPerSec/medians[1].TxnPerSec))
+				fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput; CPU per transaction %+.1f%%\n",
+					100*(1-medians[0].TxnPerSec/medians[1].TxnPerSec), 100*(medians[0].CPUMicros/medians[1].CPUMicros-1))
 			}
 			return nil
 		},
