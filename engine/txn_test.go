@@ -21,6 +21,28 @@ import (
 // absent, so it must abort; it used to commit and, in the first case,
 // overwrite the other's row: a lost update found by the conformance
 // suite's history check under load.
+// clusteredTable opens an engine in memory, without a log, holding table
+// n.t: partition key p and clustering key k (BIGINT), one column v of
+// type v. It closes when the test ends.
+func clusteredTable(t *testing.T, v storage.DataType) *DB {
+	t.Helper()
+	db, err := Open(Config{Dir: "/c", FS: vfs.NewMem(), Log: LogNone, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.CreateNamespace(t.Context(), "n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(t.Context(), &storage.Table{Namespace: "n", Name: "t",
+		PartitionKey:  []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
+		ClusteringKey: []storage.ClusteringColumn{{Name: "k", Type: storage.TypeBigInt}},
+		Columns:       []storage.Column{{Name: "v", Type: v}}}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -34,20 +56,7 @@ func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			db, err := Open(Config{Dir: "/c", FS: vfs.NewMem(), Log: LogNone, CheckpointInterval: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if err := db.CreateNamespace(ctx, "n"); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.CreateTable(ctx, &storage.Table{Namespace: "n", Name: "t",
-				PartitionKey:  []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
-				ClusteringKey: []storage.ClusteringColumn{{Name: "k", Type: storage.TypeBigInt}},
-				Columns:       []storage.Column{{Name: "v", Type: storage.TypeText}}}); err != nil {
-				t.Fatal(err)
-			}
+			db := clusteredTable(t, storage.TypeText)
 			at := func(k int64) (storage.Values, storage.Values) {
 				return storage.Values{"p": storage.BigInt(0)}, storage.Values{"k": storage.BigInt(k)}
 			}
@@ -144,20 +153,7 @@ func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 // Past linearNodes structure reads this goes through bumped's index.
 func TestImportExcusesItsOwnInserts(t *testing.T) {
 	ctx := t.Context()
-	db, err := Open(Config{Dir: "/c", FS: vfs.NewMem(), Log: LogNone, CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.CreateNamespace(ctx, "n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(ctx, &storage.Table{Namespace: "n", Name: "t",
-		PartitionKey:  []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
-		ClusteringKey: []storage.ClusteringColumn{{Name: "k", Type: storage.TypeBigInt}},
-		Columns:       []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}); err != nil {
-		t.Fatal(err)
-	}
+	db := clusteredTable(t, storage.TypeBigInt)
 	key := func(p, k int) (storage.Values, storage.Values) {
 		return storage.Values{"p": storage.BigInt(int64(p))}, storage.Values{"k": storage.BigInt(int64(k))}
 	}
@@ -170,7 +166,7 @@ func TestImportExcusesItsOwnInserts(t *testing.T) {
 		}
 	}
 	const parts, perPart = 50, 8
-	err = storage.UpdateWith(ctx, unsyncedView{db}, storage.RetryPolicy{MaxAttempts: 1}, func(tx storage.Txn) error {
+	err := storage.UpdateWith(ctx, unsyncedView{db}, storage.RetryPolicy{MaxAttempts: 1}, func(tx storage.Txn) error {
 		for p := range parts {
 			for k := range perPart {
 				part, clus := key(p, k)
