@@ -257,14 +257,15 @@ func (x *tx) indexNodes() nodeIndex {
 	if len(x.nodes) <= linearNodes {
 		return nil
 	}
-	seen := make(map[nodeEntry]struct{}, len(x.nodes))
 	idx := make(nodeIndex)
 	kept := x.nodes[:0]
+next:
 	for _, n := range x.nodes {
-		if _, dup := seen[n]; dup {
-			continue
+		for _, i := range idx[n.ver] { // one entry per value read: short
+			if kept[i].v == n.v {
+				continue next
+			}
 		}
-		seen[n] = struct{}{}
 		idx[n.ver] = append(idx[n.ver], len(kept))
 		kept = append(kept, n)
 	}
