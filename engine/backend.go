@@ -196,17 +196,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	if p == nil {
 		x.nodes = append(x.nodes, nodeEntry{b, bv})
 	} else {
-		recs, pv := p.rangeRecords(lo, hi, desc)
-		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
-		rows = make([]scanned, 0, len(recs))
-		x.reads = slices.Grow(x.reads, len(recs))
-		for _, r := range recs {
-			tid, rw := r.readStable()
-			x.noteRead(r, tid)
-			if tid&tidAbsent == 0 {
-				rows = append(rows, scanned{r.ck, rw.cols})
-			}
-		}
+		rows = x.scanCommitted(p, lo, hi, desc, x.scanWant(tb, pk, lo, hi, s.Limit))
 	}
 	// Overlay this transaction's own writes to the partition.
 	own := false
@@ -264,6 +254,62 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 		out[i] = row
 	}
 	return out, nil
+}
+
+// scanWant is how many committed rows a scan of [lo, hi) with limit must
+// read for its first limit rows once this transaction's own writes are
+// laid over them: limit plus one for each own delete in the range, since
+// each may remove one of them (0: all rows). An own write to a row past
+// the rows read sorts after at least limit rows that survive, so the limit
+// cuts it off whatever the row it would have merged with.
+func (x *tx) scanWant(tb *table, pk, lo, hi string, limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	for i := range x.writes {
+		if w := &x.writes[i]; w.del && w.t == tb && w.pk == pk && inRange(w.ck, lo, hi) {
+			limit++
+		}
+	}
+	return limit
+}
+
+// scanCommitted reads the visible committed rows of p in [lo, hi), in
+// order, until it has want of them (0: all). It walks the partition in
+// chunks, since records of deleted rows (absent) take a place in the tree
+// and count for nothing; each chunk's partition version is validated at
+// commit like any structure read.
+func (x *tx) scanCommitted(p *partition, lo, hi string, desc bool, want int) []scanned {
+	var rows []scanned
+	for {
+		n := 0
+		if want > 0 {
+			n = want - len(rows)
+		}
+		recs, pv := p.rangeRecords(lo, hi, desc, n)
+		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
+		if rows == nil {
+			rows = make([]scanned, 0, len(recs))
+		}
+		x.reads = slices.Grow(x.reads, len(recs))
+		for _, r := range recs {
+			tid, rw := r.readStable()
+			x.noteRead(r, tid)
+			if tid&tidAbsent == 0 {
+				rows = append(rows, scanned{r.ck, rw.cols})
+			}
+		}
+		if n == 0 || len(recs) < n || len(rows) >= want || p.cl == nil {
+			return rows
+		}
+		// Go on past the last record read: in descending order hi is
+		// exclusive already, and ck+"\x00" is the least key above ck.
+		if last := recs[len(recs)-1].ck; desc {
+			hi = last
+		} else {
+			lo = last + "\x00"
+		}
+	}
 }
 
 func condFailed(op string, tb *table, detail string) error {
