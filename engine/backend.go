@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -33,29 +34,63 @@ func (db *DB) begin(unsynced bool) (storage.Txn, error) {
 	if err := db.usable("begin"); err != nil {
 		return nil, err
 	}
-	t := &Txn{db: db, x: tx{db: db}, unsynced: unsynced}
-	x := &t.x
-	x.reads, x.nodes = t.bufs.reads[:0], t.bufs.nodes[:0]
-	return t, nil
+	x := txPool.Get().(*pooledTx)
+	x.db = db
+	return &Txn{db: db, x: x, unsynced: unsynced}, nil
 }
 
-// Txn is a transaction of the storage API.
+// Txn is a transaction of the storage API. Its OCC core comes from a pool
+// and goes back when the transaction ends, with its read, node and write
+// sets, so that a short transaction allocates little more than this
+// handle; a Txn is not safe for concurrent use, and a call racing its own
+// Commit or Abort could reach a core another transaction holds by then.
 type Txn struct {
 	db       *DB
-	x        tx
-	done     bool
-	unsynced bool // Commit returns once visible (see DB.Unsynced)
-	// bufs backs x's read and node sets while they are small, so that a
-	// short transaction allocates them with itself rather than growing
-	// each (the write set starts at minWrites, see addWrite).
-	bufs struct {
-		reads [4]readEntry
-		nodes [2]nodeEntry
+	x        *pooledTx // nil once the transaction ended
+	unsynced bool      // Commit returns once visible (see DB.Unsynced)
+}
+
+// pooledTx is a transaction core and the arrays that back its read and
+// node sets while they are small.
+type pooledTx struct {
+	tx
+	readBuf [4]readEntry
+	nodeBuf [2]nodeEntry
+}
+
+var txPool = sync.Pool{New: func() any {
+	x := new(pooledTx)
+	x.reads, x.nodes = x.readBuf[:0], x.nodeBuf[:0]
+	return x
+}}
+
+// maxPooledEntries bounds the read, node and write sets a core keeps for
+// the next transaction; a larger one (a bulk load's) is dropped.
+const maxPooledEntries = 1024
+
+// end finishes the transaction and returns its core to the pool.
+func (t *Txn) end() {
+	x := t.x
+	t.x = nil
+	if cap(x.reads) > maxPooledEntries {
+		x.reads = x.readBuf[:0]
 	}
+	if cap(x.nodes) > maxPooledEntries {
+		x.nodes = x.nodeBuf[:0]
+	}
+	if cap(x.writes) > maxPooledEntries {
+		x.writes = nil
+	}
+	if cap(x.order) > maxPooledEntries {
+		x.order = nil
+	}
+	x.reset()
+	x.db = nil
+	txPool.Put(x)
 }
 
 func (t *Txn) table(op, ns, name string) (*table, error) {
-	if t.done {
+	if t.x == nil {
 		return nil, &storage.Error{Kind: storage.ErrTxnDone, Op: op, Namespace: ns, Table: name}
 	}
 	if err := t.db.usable(op); err != nil {
@@ -415,14 +450,15 @@ func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
 // durable: once the durable epoch reaches its commit epoch (for a
 // read-only transaction, the epoch of the newest version it read).
 func (t *Txn) Commit(ctx context.Context) error {
-	if t.done {
+	if t.x == nil {
 		return &storage.Error{Kind: storage.ErrTxnDone, Op: "commit"}
 	}
-	t.done = true
 	if err := t.db.usable("commit"); err != nil {
+		t.end()
 		return err
 	}
 	e, err := t.x.commit(ctx)
+	t.end()
 	if err != nil || t.unsynced {
 		return err
 	}
@@ -430,7 +466,9 @@ func (t *Txn) Commit(ctx context.Context) error {
 }
 
 func (t *Txn) Abort(ctx context.Context) error {
-	t.done = true
+	if t.x != nil {
+		t.end()
+	}
 	return nil
 }
 

@@ -71,11 +71,7 @@ func (r *RawTxn) Unpin() {
 }
 
 // Reset makes the transaction empty again, keeping its buffers.
-func (r *RawTxn) Reset() {
-	r.x.reads, r.x.nodes, r.x.writes = r.x.reads[:0], r.x.nodes[:0], r.x.writes[:0]
-	clear(r.x.writes[:cap(r.x.writes)]) // drop references to old rows
-	r.x.widx, r.x.readMax = nil, 0
-}
+func (r *RawTxn) Reset() { r.x.reset() }
 
 // Read returns the row of partition key pk as the transaction sees it.
 func (r *RawTxn) Read(h *TableHandle, pk string) ([]storage.Value, bool) {

@@ -63,6 +63,15 @@ type writeEntry struct {
 
 const linearWrites = 16
 
+// reset empties the transaction for reuse, keeping its slices' room.
+func (x *tx) reset() {
+	x.reads, x.nodes, x.writes = x.reads[:0], x.nodes[:0], x.writes[:0]
+	clear(x.writes[:cap(x.writes)]) // drop references to old rows
+	clear(x.order[:cap(x.order)])
+	x.order = x.order[:0]
+	x.widx, x.readMax, x.last = nil, 0, 0
+}
+
 // findWrite returns the index of the write to k, whose partition key
 // hashes to h, or -1.
 func (x *tx) findWrite(k wkey, h uint64) int {
