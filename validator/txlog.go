@@ -68,8 +68,7 @@ type proofJSON struct {
 
 // encMap encodes an id → age map; nil encodes as null, which decodes back.
 func encMap(m map[string]int64) storage.Value {
-	b, _ := json.Marshal(m) // map[string]int64 always marshals
-	return storage.Text(string(b))
+	return storage.Text(jsonText(idAgesSize(m), func(b []byte) []byte { return appendIDAges(b, m) }))
 }
 
 // requestValues are the columns logged before the request is sent.
@@ -85,13 +84,9 @@ func requestValues(t *Tx) storage.Values {
 func outcomeValues(t *Tx) storage.Values {
 	v := storage.Values{"end_clock": storage.BigInt(t.End), "status": storage.Text(string(t.Status)), "reason": storage.Text(t.Reason)}
 	if t.Status == StatusCommitted {
-		ps := make([]proofJSON, len(t.Proofs))
-		for i, p := range t.Proofs {
-			ps[i] = proofJSON{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}
-		}
-		b, _ := json.Marshal(ps) // plain data always marshals
 		v["input"], v["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
-		v["result"], v["receipt_sig"], v["proofs"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature), storage.Text(string(b))
+		v["result"], v["receipt_sig"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature)
+		v["proofs"] = storage.Text(jsonText(proofsSize(t.Proofs), func(b []byte) []byte { return appendProofs(b, t.Proofs) }))
 	}
 	return v
 }
