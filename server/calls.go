@@ -45,84 +45,30 @@ type sizedReply struct {
 // sends the replies, since a stream's Send is not safe for concurrent
 // use, and it puts every reply ready when it sends into one message (up to
 // maxCallReply bytes): a message costs the transport about as much as the
-// bytes of a ledger transaction's reply. On shutdown (s.closing) it stops
+// bytes of a ledger transaction's reply. The goroutine that reads the
+// stream hands each call straight to a worker (dispatcher): a goroutine
+// between the two cost each call a hand-off. On shutdown (s.closing) it stops
 // taking calls, answers the ones it took, and ends the stream; calls the
 // client sent meanwhile are not executed, and the client sees the stream
 // end before their reply (a lost reply, which the SDK retries with the
 // same nonce).
 func (s *service) CallBatches(st api.Ledger_CallBatchesServer) error {
 	ctx := st.Context()
-	reqs := make(chan *api.CallRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			batch, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			for _, req := range batch.Calls {
-				select {
-				case reqs <- req:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-
 	replies := make(chan sizedReply, 64)
 	sent := make(chan error, 1)
 	go func() { sent <- sendReplies(st, replies) }()
 
-	// Calls run on workers that outlive them: a goroutine per call paid
-	// for growing its stack to what an execute needs every time (as
-	// grpc.NumStreamWorkers does for unary calls). A call goes to an idle
-	// worker if there is one, else to a new one; past maxStreamCalls
-	// workers it waits for one to be free, and while it waits the stream
-	// is not read, so HTTP/2 flow control holds the client back. Workers
-	// end with the stream, each after answering the call it holds.
-	work := make(chan *api.CallRequest)
-	var workers sync.WaitGroup
-	nworkers := 0
-	worker := func(req *api.CallRequest) {
-		defer workers.Done()
-		replies <- s.call(ctx, req)
-		for req := range work {
-			replies <- s.call(ctx, req)
-		}
-	}
+	d := &dispatcher{s: s, ctx: ctx, work: make(chan *api.CallRequest), replies: replies}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- d.receive(st) }()
 	var err error
-loop:
-	for {
-		select {
-		case <-s.closing: // first, so that a closing stream takes no more calls
-			break loop
-		default:
-		}
-		select {
-		case req := <-reqs:
-			select {
-			case work <- req:
-			default:
-				if nworkers == maxStreamCalls {
-					work <- req
-					break
-				}
-				nworkers++
-				workers.Add(1)
-				go worker(req)
-			}
-		case err = <-recvErr:
-			break loop
-		case <-s.closing:
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
+	select {
+	case err = <-recvErr:
+	case <-s.closing:
+	case <-ctx.Done():
 	}
-	close(work)
-	workers.Wait()
+	d.stop()
+	d.workers.Wait()
 	close(replies)
 	if serr := <-sent; serr != nil {
 		return serr
@@ -131,6 +77,90 @@ loop:
 		return err
 	}
 	return nil
+}
+
+// dispatcher runs the calls of one CallBatches stream on workers that
+// outlive them: a goroutine per call paid for growing its stack to what
+// an execute needs every time (as grpc.NumStreamWorkers does for unary
+// calls). The goroutine that reads the stream hands each call to an idle
+// worker if there is one, else to a new one; past maxStreamCalls workers
+// it waits for one to be free, and while it waits the stream is not read,
+// so HTTP/2 flow control holds the client back. Workers end with the
+// stream, each after answering the call it holds.
+type dispatcher struct {
+	s       *service
+	ctx     context.Context
+	work    chan *api.CallRequest
+	replies chan<- sizedReply
+	workers sync.WaitGroup
+
+	// mu orders handing out calls against stop: once stopped, no call is
+	// handed out and work is closed.
+	mu      sync.Mutex
+	stopped bool
+	n       int // workers started
+}
+
+// receive reads the stream and hands out its calls until the stream ends,
+// the dispatcher stops or the server closes.
+func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
+	for {
+		batch, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		for _, req := range batch.Calls {
+			if !d.dispatch(req) {
+				return nil
+			}
+		}
+	}
+}
+
+// dispatch hands req to a worker; false means the stream takes no more
+// calls.
+func (d *dispatcher) dispatch(req *api.CallRequest) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.s.closing: // a closing server takes no more calls
+		return false
+	default:
+	}
+	if d.stopped {
+		return false
+	}
+	select {
+	case d.work <- req:
+		return true
+	default:
+	}
+	if d.n == maxStreamCalls {
+		d.work <- req // workers take calls without mu
+		return true
+	}
+	d.n++
+	d.workers.Add(1)
+	go d.worker(req)
+	return true
+}
+
+func (d *dispatcher) worker(req *api.CallRequest) {
+	defer d.workers.Done()
+	d.replies <- d.s.call(d.ctx, req)
+	for req := range d.work {
+		d.replies <- d.s.call(d.ctx, req)
+	}
+}
+
+// stop ends dispatching; the workers finish the calls they hold.
+func (d *dispatcher) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.stopped {
+		d.stopped = true
+		close(d.work)
+	}
 }
 
 // sendReplies sends the replies of a stream until the channel closes,
