@@ -7,8 +7,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -16,22 +14,7 @@ import (
 // k, value columns a (BIGINT) and b (TEXT), so that a Put may set part of a
 // row.
 func twoColumnTable(t *testing.T) *DB {
-	t.Helper()
-	db, err := Open(Config{Dir: "/s", FS: vfs.NewMem(), Log: LogNone, CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.CreateNamespace(t.Context(), "n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.CreateTable(t.Context(), &storage.Table{Namespace: "n", Name: "t",
-		PartitionKey:  []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
-		ClusteringKey: []storage.ClusteringColumn{{Name: "k", Type: storage.TypeBigInt}},
-		Columns:       []storage.Column{{Name: "a", Type: storage.TypeBigInt}, {Name: "b", Type: storage.TypeText}}}); err != nil {
-		t.Fatal(err)
-	}
-	return db
+	return clusteredTableOf(t, storage.Column{Name: "a", Type: storage.TypeBigInt}, storage.Column{Name: "b", Type: storage.TypeText})
 }
 
 func scanAll(t *testing.T, tx storage.Txn, s *storage.Scan) []storage.Row {

@@ -15,6 +15,11 @@ import (
 // n.t: partition key p and clustering key k (BIGINT), one column v of
 // type v. It closes when the test ends.
 func clusteredTable(t *testing.T, v storage.DataType) *DB {
+	return clusteredTableOf(t, storage.Column{Name: "v", Type: v})
+}
+
+// clusteredTableOf is clusteredTable with the value columns cols.
+func clusteredTableOf(t *testing.T, cols ...storage.Column) *DB {
 	t.Helper()
 	db, err := Open(Config{Dir: "/c", FS: vfs.NewMem(), Log: LogNone, CheckpointInterval: -1})
 	if err != nil {
@@ -27,7 +32,7 @@ func clusteredTable(t *testing.T, v storage.DataType) *DB {
 	if err := db.CreateTable(t.Context(), &storage.Table{Namespace: "n", Name: "t",
 		PartitionKey:  []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
 		ClusteringKey: []storage.ClusteringColumn{{Name: "k", Type: storage.TypeBigInt}},
-		Columns:       []storage.Column{{Name: "v", Type: v}}}); err != nil {
+		Columns:       cols}); err != nil {
 		t.Fatal(err)
 	}
 	return db
