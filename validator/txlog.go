@@ -68,7 +68,7 @@ type proofJSON struct {
 
 // encMap encodes an id → age map; nil encodes as null, which decodes back.
 func encMap(m map[string]int64) storage.Value {
-	return storage.Text(jsonText(idAgesSize(m), func(b []byte) []byte { return appendIDAges(b, m) }))
+	return storage.Text(jsonText(0, func(b []byte) []byte { return appendIDAges(b, m) })) // it sizes the buffer
 }
 
 // requestValues are the columns logged before the request is sent.
