@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -198,5 +199,92 @@ func TestImportExcusesItsOwnInserts(t *testing.T) {
 				t.Fatalf("(%d, %d) after the import: %v, %v, %v", p, k, row, ok, err)
 			}
 		}
+	}
+}
+
+// TestEndedTxnLeavesItsPooledCoreAlone: a transaction's core goes back to
+// the pool when it commits or aborts, and the next transaction takes it.
+// Calls on the ended transaction, including a second Abort, must fail with
+// ErrTxnDone and reach nothing of the next one's.
+func TestEndedTxnLeavesItsPooledCoreAlone(t *testing.T) {
+	ctx := t.Context()
+	db := twoColumnTable(t)
+	part := storage.Values{"p": storage.BigInt(1)}
+	put := func(k int64) *storage.Put {
+		return &storage.Put{Namespace: "n", Table: "t", Partition: part, Clustering: storage.Values{"k": storage.BigInt(k)},
+			Values: storage.Values{"a": storage.BigInt(k)}}
+	}
+	for _, end := range []string{"commit", "abort"} {
+		t.Run(end, func(t *testing.T) {
+			old, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Put(ctx, put(1)); err != nil {
+				t.Fatal(err)
+			}
+			if end == "commit" {
+				err = old.Commit(ctx)
+			} else {
+				err = old.Abort(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := next.Put(ctx, put(2)); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Put(ctx, put(3)); !errors.Is(err, storage.ErrTxnDone) {
+				t.Fatalf("Put after %s: %v, want ErrTxnDone", end, err)
+			}
+			if _, _, err := old.Get(ctx, &storage.Get{Namespace: "n", Table: "t", Partition: part, Clustering: storage.Values{"k": storage.BigInt(2)}}); !errors.Is(err, storage.ErrTxnDone) {
+				t.Fatalf("Get after %s: %v, want ErrTxnDone", end, err)
+			}
+			if err := old.Commit(ctx); !errors.Is(err, storage.ErrTxnDone) {
+				t.Fatalf("Commit after %s: %v, want ErrTxnDone", end, err)
+			}
+			if err := old.Abort(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// next still holds its core: a third transaction must not share it.
+			third, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if third.(*Txn).x == next.(*Txn).x {
+				t.Fatal("a second Abort of an ended transaction put a live core back in the pool")
+			}
+			third.Abort(ctx)
+			if err := next.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			check, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer check.Abort(ctx)
+			rows := scanAll(t, check, &storage.Scan{Namespace: "n", Table: "t", Partition: part})
+			var keys []int64
+			for _, r := range rows {
+				keys = append(keys, r["k"].AsBigInt())
+			}
+			want := []int64{1, 2}
+			if end == "abort" {
+				want = []int64{2}
+			}
+			if !reflect.DeepEqual(keys, want) {
+				t.Fatalf("keys %v, want %v", keys, want)
+			}
+			if err := db.Delete(ctx, &storage.Delete{Namespace: "n", Table: "t", Partition: part, Clustering: storage.Values{"k": storage.BigInt(1)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Delete(ctx, &storage.Delete{Namespace: "n", Table: "t", Partition: part, Clustering: storage.Values{"k": storage.BigInt(2)}}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
