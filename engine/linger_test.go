@@ -186,19 +186,15 @@ func TestLingerBoundReleases(t *testing.T) {
 }
 
 // TestCommitDelayOff: with a negative CommitDelay a committer is never
-// held, whatever the recent peak.
+// held, even where TestLingerBoundReleases shows one hold: a lone commit
+// right after a burst, with the processors busy.
 func TestCommitDelayOff(t *testing.T) {
 	db, commit := lingerDB(t, -1)
-	var wg sync.WaitGroup
-	for round := range 20 {
-		for k := range 8 {
-			wg.Go(func() {
-				if err := commit(int64(round*8 + k)); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
+	setPeak(t, db, commit)
+	busy(t)
+	db.loggers[0].roundNs.Store(int64(time.Hour))
+	if err := commit(10); err != nil {
+		t.Fatal(err)
 	}
 	if n := db.loggers[0].lingers.Load(); n != 0 {
 		t.Fatalf("held %d times with the delay off", n)
@@ -225,4 +221,57 @@ func TestNoHoldWhileIdle(t *testing.T) {
 		t.Logf("try %d: held", try)
 	}
 	t.Fatal("a lone committer was held with the processors idle, three times")
+}
+
+// TestOneLoggerHoldsAtATime: while one logger holds a close, another
+// holds nothing and leaves the hold's target alone (it used to overwrite
+// it, and clear it when its own hold ended).
+func TestOneLoggerHoldsAtATime(t *testing.T) {
+	db, err := Open(Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	busy(t)
+	lg := db.loggers[1]
+	lg.peakWaiting.Store(4)
+	raise(&db.wantEpoch, db.epoch.Load())
+	db.holdTarget.Store(5) // loggers[0] holds
+	if lg.linger() {
+		t.Fatal("a second logger went on to close while another held the close")
+	}
+	if n, target := lg.lingers.Load(), db.holdTarget.Load(); n != 0 || target != 5 {
+		t.Fatalf("second logger: %d holds, hold target %d; want 0 and 5", n, target)
+	}
+}
+
+// TestTwoLoggersReleaseLoneCommits: with two loggers, each lone commit is
+// made durable by an early close, not by the next tick (a minute away):
+// the logger that closes the epoch wakes the other, which may have gone
+// idle before the close with a buffer of the epoch or its mark to write.
+func TestTwoLoggersReleaseLoneCommits(t *testing.T) {
+	db, err := Open(Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	createKV(t, db, "t", storage.TypeBigInt)
+	h, err := db.Table("t", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range int64(300) {
+		x := db.BeginRaw()
+		x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{storage.BigInt(k)})
+		e, err := x.CommitAsync(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err = db.WaitDurable(ctx, e)
+		cancel()
+		if err != nil {
+			t.Fatalf("commit %d: %v", k, err)
+		}
+	}
 }

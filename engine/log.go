@@ -232,15 +232,32 @@ func (lg *logger) run() {
 			return
 		}
 		for lg.db.failure() == nil {
-			if lg.db.want.Load() {
-				lg.linger()
-			}
-			if lg.db.want.Swap(false) && !lg.db.tryAdvance() {
-				lg.db.want.Store(true) // a committer is still entering; it pokes again
+			// A close another logger holds back is that logger's to make.
+			if !lg.db.want.Load() || lg.linger() {
+				lg.close()
 			}
 			if !lg.round() {
 				break
 			}
+		}
+	}
+}
+
+// close closes the epoch if a committer asked for it, and wakes the other
+// loggers to write their buffers of it: one that went idle before the
+// close would otherwise hold the durable epoch back until the next tick.
+func (lg *logger) close() {
+	db := lg.db
+	if !db.want.Swap(false) {
+		return
+	}
+	if !db.tryAdvance() {
+		db.want.Store(true) // a committer is still entering; it pokes again
+		return
+	}
+	for _, o := range db.loggers {
+		if o != lg {
+			o.poke()
 		}
 	}
 }
@@ -256,10 +273,10 @@ func (lg *logger) run() {
 // only if all of these hold:
 //
 //   - at most half as many committers wait now as the recent peak (the
-//     most waiting at once; it decays by at least one per close, and falls
-//     to the count reached whenever a hold times out, so a peak that no
-//     longer gathers stops holding): the hold can at least double the
-//     batch;
+//     most waiting at once; it decays by at least one each time the logger
+//     weighs a hold, and falls to the count reached whenever a hold times
+//     out, so a peak that no longer gathers stops holding): the hold can
+//     at least double the batch;
 //   - goroutines are waiting for a processor: the CPU is what an fsync
 //     costs, and with a processor idle holding would only add latency
 //     (64 clients committing tiny transactions lost a tenth of their
@@ -271,8 +288,9 @@ func (lg *logger) run() {
 // loop of N clients never has more than N waiting) or the bound passes:
 // three times the recent round time (write and fsync), at most
 // Config.CommitDelay. A lone committer is not held, except once after a
-// burst of others, for the bound.
-func (lg *logger) linger() {
+// burst of others, for the bound. One logger holds at a time: linger
+// returns false, holding nothing, while another logger holds the close.
+func (lg *logger) linger() bool {
 	db := lg.db
 	h := db.hurries.Load()
 	if h-lg.hurriesSeen >= 2 {
@@ -288,14 +306,21 @@ func (lg *logger) linger() {
 	lg.peakWaiting.Store(peak)
 	if db.cfg.CommitDelay < 0 || peak < 2 || 2*w > peak ||
 		db.epoch.Load() > db.wantEpoch.Load() || lg.pending.Load() >= int64(db.cfg.LogBufferSize) {
-		return
+		return true
 	}
 	// Hold only while goroutines wait for a processor: when one is idle,
 	// an fsync now costs idle time, and holding would only add latency.
 	metrics.Read(lg.runnable[:])
 	if lg.runnable[0].Value.Kind() == metrics.KindUint64 && lg.runnable[0].Value.Uint64() == 0 {
-		return
+		return true
 	}
+	// A committer whose arrival reaches the target pokes (see waitDurable:
+	// it adds itself before it reads the target, and this stores the
+	// target before it reads the count, so one of the two sees the other).
+	if !db.holdTarget.CompareAndSwap(0, peak) {
+		return false // another logger holds the close
+	}
+	defer db.holdTarget.Store(0)
 	lg.lingers.Add(1)
 	bound := min(3*time.Duration(lg.roundNs.Load()), db.cfg.CommitDelay)
 	if lg.lingerTimer == nil {
@@ -304,21 +329,17 @@ func (lg *logger) linger() {
 		lg.lingerTimer.Reset(bound)
 	}
 	defer lg.lingerTimer.Stop()
-	// A committer whose arrival reaches the target pokes (see waitDurable:
-	// it adds itself before it reads the target, and this stores the
-	// target before it reads the count, so one of the two sees the other).
-	db.holdTarget.Store(peak)
-	defer db.holdTarget.Store(0)
 	for db.waiting.Load() < peak && db.failure() == nil && lg.pending.Load() < int64(db.cfg.LogBufferSize) {
 		select {
 		case <-lg.wake: // the target was reached, a buffer filled up, or the engine failed
 		case <-lg.lingerTimer.C:
 			lg.peakWaiting.Store(db.waiting.Load())
-			return
+			return true
 		case <-db.closing:
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // testHookLinger, if set, runs in linger before it reads the committers
