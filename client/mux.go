@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
@@ -192,20 +191,20 @@ func (m *mux) send(s *muxStream) {
 	}
 }
 
-// blame gives err, which ended the stream when batch was sent, to the
+// blame gives err, which ended the stream when calls were sent, to the
 // calls whose request does not marshal, or to all of them if none is
 // found at fault; the others get the stream's end (a lost reply, retried).
-func (s *muxStream) blame(batch []*muxCall, err error) {
+func (s *muxStream) blame(calls []*muxCall, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	found := false
-	for _, c := range batch {
+	for _, c := range calls {
 		if _, merr := proto.Marshal(c.req); merr != nil {
 			c.sendErr, found = err, true
 		}
 	}
 	if !found {
-		for _, c := range batch {
+		for _, c := range calls {
 			c.sendErr = err
 		}
 	}
@@ -276,7 +275,7 @@ func (m *mux) do(ctx context.Context, req *api.CallRequest) (*api.CallReply, err
 	if s == nil {
 		return nil, errMuxOff
 	}
-	c := &muxCall{req: req, size: 1 + protowire.SizeBytes(n), reply: make(chan *api.CallReply, 1)}
+	c := &muxCall{req: req, size: batch.Entry(n), reply: make(chan *api.CallReply, 1)}
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err

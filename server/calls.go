@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
@@ -29,10 +28,6 @@ const maxStreamCalls = 1024
 // stream; the call gets RESOURCE_EXHAUSTED instead, which is what a unary
 // call gets.
 var maxCallReply = 64 << 20 // a variable for tests
-
-// batchEntry is what a call or reply of n bytes takes in a message of
-// them: its tag, length and bytes.
-func batchEntry(n int) int { return 1 + protowire.SizeBytes(n) }
 
 // sizedReply is a reply and its encoded size.
 type sizedReply struct {
@@ -105,11 +100,11 @@ type dispatcher struct {
 // the dispatcher stops or the server closes.
 func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
 	for {
-		batch, err := st.Recv()
+		msg, err := st.Recv()
 		if err != nil {
 			return err
 		}
-		for _, req := range batch.Calls {
+		for _, req := range msg.Calls {
 			if !d.dispatch(req) {
 				return nil
 			}
@@ -168,7 +163,7 @@ func (d *dispatcher) stop() {
 // maxCallReply bytes (see batch.Queue). After a failed Send it keeps
 // draining, so no call blocks; it returns the first error.
 func sendReplies(st api.Ledger_CallBatchesServer, replies <-chan sizedReply) error {
-	q := batch.Queue[sizedReply]{C: replies, Size: func(r sizedReply) int { return batchEntry(r.n) }, Room: maxCallReply}
+	q := batch.Queue[sizedReply]{C: replies, Size: func(r sizedReply) int { return batch.Entry(r.n) }, Room: maxCallReply}
 	var err error
 	var buf []sizedReply
 	for {
@@ -216,10 +211,10 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 				return fail(err)
 			}
 			out := &api.CallReply{Id: req.Id, Result: &api.CallReply_Execute{Execute: wire.ResultToAPI(res)}}
-			if size = proto.Size(out); batchEntry(size) > maxCallReply {
+			if size = proto.Size(out); batch.Entry(size) > maxCallReply {
 				// Sent, it would end the stream of every caller sharing it.
 				return nil, status.Errorf(codes.ResourceExhausted, "the reply of committed transaction %s is %d bytes, more than the %d a CallBatches stream carries: read its outcome with GetTxState and its proofs with GetProof",
-					c.Execute.GetNonce(), size, maxCallReply-batchEntry(0))
+					c.Execute.GetNonce(), size, maxCallReply-batch.Entry(0))
 			}
 			return out, nil
 		}

@@ -64,8 +64,13 @@ func TestRepliesShareMessagesWithinLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 6 {
-				if res, err := c.Execute(ctx, "wide", []byte(`{}`)); err != nil || len(res.Result) < 25000 {
+				res, err := c.Execute(ctx, "wide", []byte(`{}`))
+				if err != nil {
 					t.Error(err)
+					return
+				}
+				if len(res.Result) < 25000 {
+					t.Errorf("a result of %d bytes, want at least 25000", len(res.Result))
 					return
 				}
 			}

@@ -2,7 +2,15 @@
 // client's calls and the server's replies on a CallBatches stream.
 package batch
 
-import "runtime"
+import (
+	"runtime"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Entry is what an item of n bytes takes in a protobuf message of them (a
+// repeated message field): its tag, length and bytes.
+func Entry(n int) int { return 1 + protowire.SizeBytes(n) }
 
 // Queue takes items from C in batches. A batch holds the first item that
 // arrives and then every item already queued, up to Most items and Room
@@ -23,9 +31,10 @@ type Queue[T any] struct {
 // closed while it waits (done may be nil).
 //
 // The goroutine that sends batches is woken by the first item queued,
-// before the goroutines about to queue theirs have run, so it yields the
-// processor once before it fills the batch; with nothing else runnable
-// Gosched returns at once, and a lone item waits for nothing.
+// before the goroutines about to queue theirs have run, so if nothing else
+// is queued yet it yields the processor once before it fills the batch;
+// with nothing else runnable Gosched returns at once, and a lone item
+// waits for nothing.
 func (q *Queue[T]) Next(dst []T, done <-chan struct{}) (batch []T, ok bool) {
 	var first T
 	if q.hasHeld {
