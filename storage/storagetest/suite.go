@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("LostUpdate", func(t *testing.T) { testLostUpdate(t, open) })
 	t.Run("Phantom", func(t *testing.T) { testPhantom(t, open) })
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
+	t.Run("SharedRequests", func(t *testing.T) { testSharedRequests(t, open) })
 }
 
 // V is shorthand for storage.Values in the tests.
@@ -137,9 +138,7 @@ func (e *env) get(tb *storage.Table, part, clust V, proj ...string) (storage.Row
 
 func (e *env) scan(s *storage.Scan) []storage.Row {
 	e.t.Helper()
-	rows, err := e.db.Scan(e.ctx, s)
-	e.ok(err)
-	out, err := storage.CollectRows(rows)
+	out, err := e.scanRows(e.db, s)
 	e.ok(err)
 	return out
 }
