@@ -95,7 +95,9 @@ func (c *Clock) Begin(ctx context.Context) (int64, error) {
 
 // End returns an end time, to be taken after the reply arrived: it scans
 // every counter, takes max + 1 and raises one counter (round-robin) to it.
-// The backends retry a lone write's conflicts themselves.
+// The backends retry a lone write's conflicts a few times; on PostgreSQL
+// (SERIALIZABLE) many callers raising the same counter can outlast that,
+// so the write, which is idempotent, is retried here as the scan is.
 func (c *Clock) End(ctx context.Context) (int64, error) {
 	latest, err := c.latest(ctx)
 	if err != nil {
@@ -103,9 +105,10 @@ func (c *Clock) End(ctx context.Context) (int64, error) {
 	}
 	t := latest + 1
 	slot := c.next.Add(1) % uint64(c.cfg.Counters)
-	err = c.db.Put(ctx, &storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition,
+	put := &storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition,
 		Clustering: c.slots[slot], Values: storage.Values{"value": storage.BigInt(t)},
-		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))})
+		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))}
+	err = retry(ctx, func() error { return c.db.Put(ctx, put) })
 	// ErrConditionNotMet: another caller already raised the counter past
 	// t, which a scan will see as well.
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
