@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,14 @@ import (
 // lingerDB opens an engine whose epochs close only when a committer asks
 // (the tick is a minute away), with the commit delay bounded by delay.
 func lingerDB(t *testing.T, delay time.Duration) (*DB, func(k int64) error) {
+	return kvDB(t, Config{Dir: t.TempDir(), EpochInterval: time.Minute, CommitDelay: delay, CheckpointInterval: -1})
+}
+
+// kvDB opens cfg with table t.t and returns commit, which writes key k in
+// a transaction of its own and waits until it is durable.
+func kvDB(t *testing.T, cfg Config) (*DB, func(k int64) error) {
 	t.Helper()
-	db, err := Open(Config{Dir: t.TempDir(), EpochInterval: time.Minute, CommitDelay: delay, CheckpointInterval: -1})
+	db, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +234,7 @@ func TestNoHoldWhileIdle(t *testing.T) {
 // holds nothing and leaves the hold's target alone (it used to overwrite
 // it, and clear it when its own hold ended).
 func TestOneLoggerHoldsAtATime(t *testing.T) {
-	db, err := Open(Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db, _ := kvDB(t, Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
 	busy(t)
 	lg := db.loggers[1]
 	lg.peakWaiting.Store(4)
@@ -247,31 +250,17 @@ func TestOneLoggerHoldsAtATime(t *testing.T) {
 
 // TestTwoLoggersReleaseLoneCommits: with two loggers, each lone commit is
 // made durable by an early close, not by the next tick (a minute away):
-// the logger that closes the epoch wakes the other, which may have gone
-// idle before the close with a buffer of the epoch or its mark to write.
+// the logger that closes the epoch wakes the other, which may have written
+// its last round (and mark) just before the close and gone idle. That
+// order is rare, so this test catches the old behaviour only sometimes
+// (once in the runs made when it was written).
 func TestTwoLoggersReleaseLoneCommits(t *testing.T) {
-	db, err := Open(Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	createKV(t, db, "t", storage.TypeBigInt)
-	h, err := db.Table("t", "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range int64(300) {
-		x := db.BeginRaw()
-		x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{storage.BigInt(k)})
-		e, err := x.CommitAsync(t.Context())
-		if err != nil {
+	_, commit := kvDB(t, Config{Dir: t.TempDir(), Loggers: 2, Workers: 2, EpochInterval: time.Minute, CheckpointInterval: -1})
+	for k := range int64(1000) {
+		done := make(chan error, 1)
+		go func() { done <- commit(k) }()
+		if err := receive(t, done, fmt.Sprintf("lone commit %d", k)); err != nil {
 			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		err = db.WaitDurable(ctx, e)
-		cancel()
-		if err != nil {
-			t.Fatalf("commit %d: %v", k, err)
 		}
 	}
 }
