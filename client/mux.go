@@ -179,13 +179,16 @@ func (m *mux) send(s *muxStream) {
 			msg.Calls[i] = c.req
 		}
 		if err := s.stream.Send(msg); err != nil {
-			// io.EOF: the stream is over and receive learns why.
+			// io.EOF: the stream is over, and receive learns why from
+			// Recv and ends it with that status; ending it here with
+			// io.EOF would hide a refusal (Unimplemented), and the next
+			// call would open another stream instead of going unary.
 			// Anything else (a request would not marshal, say) is the
 			// fault of the calls sent, and grpc has ended the stream.
 			if err != io.EOF {
 				s.blame(calls, status.Convert(err).Err())
+				m.broken(s, err)
 			}
-			m.broken(s, err)
 			return
 		}
 	}
