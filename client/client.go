@@ -207,7 +207,8 @@ func Dial(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes))}, cfg.DialOptions...)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
+		grpc.WithStaticStreamWindowSize(api.StreamWindow), grpc.WithStaticConnWindowSize(api.ConnWindow)}, cfg.DialOptions...)
 	c.conn, err = grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)

@@ -172,7 +172,8 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	// the depth of an execute; a fresh goroutine per call spent ~8% of the
 	// CPU copying stacks under load.
 	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(observe),
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(api.StreamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
 	r.closing = make(chan struct{})
 	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
 	reflection.Register(r.grpc)
