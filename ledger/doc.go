@@ -9,12 +9,14 @@
 // Execute checks the request ⟨nonce, contract id, argument, entity + key
 // version, signature⟩ (field rules, then the signature against the
 // registered HMAC secret or ECDSA certificate), then runs the contract
-// inside storage.UpdateWith: the transaction reads the nonce's state (a
-// nonce is accepted once), runs the contract — get, put, scan and nested
-// call through a Context — and, if it succeeds, appends one version per
-// written asset (age = head + 1, prev_hash = the head's hash, hash over the
-// encoding of FORMAT.md), updates the heads, and records the nonce as
-// committed with the result and the ages written. A conflict re-runs the
+// inside storage.UpdateWith: the transaction runs the contract — get, put,
+// scan and nested call through a Context — and, if it succeeds, appends
+// one version per written asset (age = head + 1, prev_hash = the head's
+// hash, hash over the encoding of FORMAT.md), updates the heads, and
+// records the nonce as committed with the result and the ages written. A
+// nonce is accepted once: its state is recorded on condition that it has
+// none yet, so the transaction of a reused nonce writes nothing and the
+// request fails with ErrNonceReused. A conflict re-runs the
 // whole thing; the contract is deterministic, so that is safe. A signed
 // request that fails records the nonce as aborted with its error kind and
 // reason and writes no asset; a request that fails authentication writes

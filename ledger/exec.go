@@ -57,13 +57,6 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 	var failed error // the contract's own failure, recorded as an abort
 	err := storage.UpdateWith(ctx, l.b, l.cfg.Retry, func(tx storage.Txn) error {
 		res, failed = nil, nil
-		_, used, err := tx.Get(ctx, l.txStateGet(req.Nonce))
-		if err != nil {
-			return err
-		}
-		if used {
-			return fmt.Errorf("%w: %s", ErrNonceReused, req.Nonce)
-		}
 		s := &txStore{ctx: ctx, tx: tx, l: l, heads: map[string]head{}, input: map[string]int64{}, writes: map[string][]byte{}}
 		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
 		if err == nil {
@@ -85,6 +78,9 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 		return err
 	})
 	switch {
+	case errors.Is(err, storage.ErrConditionNotMet):
+		// The state's put found the nonce recorded (txStatePut).
+		return nil, fmt.Errorf("%w: %s", ErrNonceReused, req.Nonce)
 	case err != nil:
 		return nil, err
 	case failed != nil:

@@ -378,8 +378,13 @@ func (l *Ledger) txStateGet(nonce string) *storage.Get {
 	return &storage.Get{Namespace: l.ns, Table: tTxStates, Partition: storage.Values{"nonce": storage.Text(nonce)}}
 }
 
-// txStatePut records st. It has no condition: both callers put it in the
-// transaction that read the nonce absent, which serializability protects.
+// txStatePut records st, on condition that the nonce has no state yet:
+// this is what refuses a reused nonce, in the transaction that executed
+// it, so nothing that transaction wrote commits. The condition is
+// Deferred: on PostgreSQL the INSERT then goes with COMMIT, where reading
+// the nonce first cost a round trip of its own. A replay so runs its
+// contract before it is refused; an honest client replays only a request
+// whose reply it lost.
 func (l *Ledger) txStatePut(st *TxState) *storage.Put {
 	enc := func(m map[string]int64) storage.Value {
 		if m == nil {
@@ -391,5 +396,6 @@ func (l *Ledger) txStatePut(st *TxState) *storage.Put {
 		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},
 		Values: storage.Values{"state": storage.Text(string(st.Status)), "kind": storage.Text(st.Kind), "reason": storage.Text(st.Reason),
 			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": enc(st.Writes),
-			"input": enc(st.Input), "signature": storage.Blob(st.Signature)}}
+			"input": enc(st.Input), "signature": storage.Blob(st.Signature)},
+		Condition: storage.IfNotExists(), Deferred: true}
 }

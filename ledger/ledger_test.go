@@ -213,10 +213,13 @@ func TestExecuteChainsAndValidates(t *testing.T) {
 
 // TestBadInputWritesNothing sends every kind of bad request the issue
 // names and checks the typed error, that no asset changed, and what was
-// recorded for the nonce.
-func TestBadInputWritesNothing(t *testing.T) {
+// recorded for the nonce, on both backends (a reused nonce is refused at
+// commit on PostgreSQL, txStatePut).
+func TestBadInputWritesNothing(t *testing.T) { backends(t, testBadInputWritesNothing) }
+
+func testBadInputWritesNothing(t *testing.T, b storage.Backend) {
 	ctx := context.Background()
-	f := newFixture(t, openEngine(t))
+	f := newFixture(t, b)
 	if err := f.register(f.hmac, "inspect", inspection); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,9 @@ type Txn interface {
 	Scan(ctx context.Context, s *Scan) (Rows, error)
 	// Put and Delete take conditions as in Store, evaluated on what this
 	// transaction sees; a failed condition returns ErrConditionNotMet, writes
-	// nothing, and leaves the transaction usable.
+	// nothing, and leaves the transaction usable — unless the Put is
+	// Deferred, whose failure may come from a later call and ends the
+	// transaction.
 	Put(ctx context.Context, p *Put) error
 	Delete(ctx context.Context, d *Delete) error
 	// Commit returns nil only once the transaction is committed and durable.

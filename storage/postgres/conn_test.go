@@ -272,6 +272,32 @@ func TestTxnRoundTrips(t *testing.T) {
 	if _, ok, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(8)}}); err != nil || !ok {
 		t.Fatalf("the put sent with COMMIT is not there: %v, %v", ok, err)
 	}
+	// A Deferred IfNotExists put goes with COMMIT too: one round trip for
+	// the transaction. (When the row exists the failed transaction is
+	// rolled back besides.)
+	deferred := func(k int64) (trips int64, err error) {
+		before := p.replies.Load()
+		tx, err := b.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := put(k)
+		d.Condition, d.Deferred = storage.IfNotExists(), true
+		if err := tx.Put(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		err = tx.Commit(ctx)
+		return p.replies.Load() - before, err
+	}
+	if _, err := deferred(20); err != nil { // prepares the INSERT
+		t.Fatal(err)
+	}
+	if n, err := deferred(21); err != nil || n > 1 {
+		t.Errorf("a deferred put of a missing row and commit: %d round trips, %v; want 1, nil", n, err)
+	}
+	if _, err := deferred(21); !errors.Is(err, storage.ErrConditionNotMet) {
+		t.Errorf("a deferred put of an existing row and commit: %v; want ErrConditionNotMet", err)
+	}
 }
 
 // preparedTxn commits a transaction that puts key k in ns.t on b, so that

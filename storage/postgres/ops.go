@@ -89,11 +89,12 @@ func (b *Backend) runWrite(ctx context.Context, q querier, autocommit bool, w wr
 
 // writeStmt is the statement of one Put or Delete on table t.
 type writeStmt struct {
-	op   string // "put" or "delete"
-	t    *relTable
-	sql  string
-	args []any
-	cond *storage.Condition
+	op       string // "put" or "delete"
+	t        *relTable
+	sql      string
+	args     []any
+	cond     *storage.Condition
+	deferred bool // a transaction's Deferred put: a plain INSERT, queued
 }
 
 func writeSQL(t *relTable, m storage.Mutation) writeStmt {
@@ -303,7 +304,8 @@ func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 //   - BEGIN is sent with the first statement, not on its own;
 //   - an unconditional Put or Delete, whose only answer is success, is
 //     queued and sent with the next statement that needs an answer (a
-//     read, a conditional write) or with COMMIT.
+//     read, a conditional write) or with COMMIT; so is a Deferred put,
+//     whose INSERT fails the transaction if the row exists.
 //
 // A ledger transaction that reads a nonce and an asset and writes three
 // rows then costs three round trips rather than seven. Reads still see the
@@ -319,7 +321,8 @@ type txn struct {
 	b      *Backend
 	conn   *pgxpool.Conn // nil once the txn has ended
 	begun  bool          // BEGIN has been sent
-	queued []writeStmt   // unconditional writes not yet sent
+	queued []writeStmt   // unconditional and deferred writes not yet sent
+	failed bool          // a deferred write failed: the server aborted the transaction
 }
 
 func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error) {
@@ -334,9 +337,10 @@ func (x *txn) table(ctx context.Context, op, ns, name string) (*relTable, error)
 	return t, err
 }
 
-// end finishes the transaction after a server error and returns err.
+// end finishes the transaction after a server error (a deferred
+// condition's failure is one) and returns err.
 func (x *txn) end(ctx context.Context, err error) error {
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) && x.conn != nil {
+	if err != nil && (x.failed || !errors.Is(err, storage.ErrConditionNotMet)) && x.conn != nil {
 		x.finish(context.WithoutCancel(ctx), false)
 	}
 	return err
@@ -390,6 +394,10 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 	}
 	for _, q := range queued {
 		if _, err := br.Exec(); err != nil {
+			if pe := (*pgconn.PgError)(nil); q.deferred && errors.As(err, &pe) && pe.Code == "23505" {
+				x.failed = true // the server aborted the transaction
+				return br, condFailed(q.op, q.t, "the row exists (a deferred IfNotExists)")
+			}
 			return br, x.batchErr(err, queued, last, q, mayHaveCommitted)
 		}
 	}
@@ -524,7 +532,11 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 		return err
 	}
 	w := writeSQL(t, m)
-	if w.cond == nil {
+	if p, ok := m.(*storage.Put); ok && p.Deferred {
+		w.sql, w.args = deferredSQL(t, p)
+		w.deferred = true
+	}
+	if w.cond == nil || w.deferred {
 		x.queued = append(x.queued, w)
 		return nil
 	}

@@ -225,8 +225,17 @@ func getSQL(t *relTable, g *storage.Get) (string, []any, []string) {
 
 // putSQL returns the statement for a Put. For conditional puts, zero rows
 // affected means the condition did not hold; the check and the write are one
-// statement, so no other writer can slip in between.
+// statement, so no other writer can slip in between. A transaction's
+// Deferred put (IfNotExists) is a plain INSERT instead, which fails the
+// transaction with a unique violation if the row exists (deferredSQL).
 func putSQL(t *relTable, p *storage.Put) (string, []any) {
+	return insertSQL(t, p, false)
+}
+
+// deferredSQL is the plain INSERT of a Deferred put.
+func deferredSQL(t *relTable, p *storage.Put) (string, []any) { return insertSQL(t, p, true) }
+
+func insertSQL(t *relTable, p *storage.Put, plain bool) (string, []any) {
 	var b builder
 	vals := sortedKeys(p.Values)
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
@@ -261,6 +270,10 @@ func putSQL(t *relTable, p *storage.Put) (string, []any) {
 			}
 		}
 		b.w(b.arg(v))
+	}
+	if plain {
+		b.w(")")
+		return b.sb.String(), b.args
 	}
 	b.w(") ON CONFLICT (", strings.Join(quoteAll(keys), ", "), ") DO ")
 	if p.Condition != nil || len(vals) == 0 {

@@ -122,3 +122,79 @@ func ints(rows []storage.Row) []int64 {
 	}
 	return out
 }
+
+// testDeferred: a Deferred IfNotExists put in a transaction inserts a
+// missing row like IfNotExists; on a row that exists it fails the
+// transaction with ErrConditionNotMet — from the Put, a later call or
+// Commit — and none of the transaction's writes commit. Outside a
+// transaction it answers at once; with another condition it is refused.
+func testDeferred(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	tb := itemTable(e)
+	p := V{"id": i64(7)}
+	seq := func(s int64) V { return V{"seq": i64(s)} }
+	e.put(tb, p, seq(1), V{"i": i64(1)})
+	put := func(s, v int64) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)},
+			Condition: storage.IfNotExists(), Deferred: true}
+	}
+	plain := func(s, v int64) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)}}
+	}
+	get := func(s int64) *storage.Get {
+		return &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Projection: []string{"i"}}
+	}
+	// A missing row is inserted, and the transaction sees it.
+	tx, err := e.db.Begin(e.ctx)
+	e.ok(err)
+	e.ok(tx.Put(e.ctx, put(2, 20)))
+	row, ok, err := tx.Get(e.ctx, get(2))
+	e.ok(err)
+	if !ok || !row["i"].Equal(i64(20)) {
+		t.Fatalf("a deferred insert, read back in its transaction: %v %v", row, ok)
+	}
+	e.ok(tx.Commit(e.ctx))
+	if row, ok := e.get(tb, p, seq(2)); !ok || !row["i"].Equal(i64(20)) {
+		t.Fatalf("a committed deferred insert: %v %v", row, ok)
+	}
+	// A row that exists fails the transaction, wherever the failure shows,
+	// and nothing it wrote commits.
+	for _, then := range []string{"commit", "get"} {
+		tx, err := e.db.Begin(e.ctx)
+		e.ok(err)
+		e.ok(tx.Put(e.ctx, plain(3, 30)))
+		err = tx.Put(e.ctx, put(1, 100))
+		if err == nil {
+			switch then {
+			case "commit":
+				err = tx.Commit(e.ctx)
+			case "get":
+				if _, _, err = tx.Get(e.ctx, get(2)); err == nil {
+					err = tx.Commit(e.ctx)
+				}
+			}
+		}
+		if !errors.Is(err, storage.ErrConditionNotMet) {
+			t.Fatalf("%s: a deferred IfNotExists on an existing row gave %v, want ErrConditionNotMet", then, err)
+		}
+		e.ok(tx.Abort(e.ctx))
+		if row, _ := e.get(tb, p, seq(1)); !row["i"].Equal(i64(1)) {
+			t.Fatalf("%s: the existing row was overwritten: %v", then, row)
+		}
+		if _, ok := e.get(tb, p, seq(3)); ok {
+			t.Fatalf("%s: a write of the failed transaction committed", then)
+		}
+	}
+	// Outside a transaction: at once, like IfNotExists.
+	e.is(e.db.Put(e.ctx, put(1, 100)), storage.ErrConditionNotMet)
+	e.ok(e.db.Put(e.ctx, put(4, 40)))
+	// Only with IfNotExists.
+	bad := plain(5, 50)
+	bad.Deferred = true
+	e.is(e.db.Put(e.ctx, bad), storage.ErrInvalidArgument)
+	bad.Condition = storage.IfExists()
+	tx, err = e.db.Begin(e.ctx)
+	e.ok(err)
+	e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
+	e.ok(tx.Abort(e.ctx))
+}
