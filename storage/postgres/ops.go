@@ -531,10 +531,12 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	if err := t.CheckMutation(m, x.b.limits); err != nil {
 		return err
 	}
-	w := writeSQL(t, m)
+	var w writeStmt
 	if p, ok := m.(*storage.Put); ok && p.Deferred {
+		w = writeStmt{op: "put", t: t, cond: p.Condition, deferred: true}
 		w.sql, w.args = deferredSQL(t, p)
-		w.deferred = true
+	} else {
+		w = writeSQL(t, m)
 	}
 	if w.cond == nil || w.deferred {
 		x.queued = append(x.queued, w)

@@ -229,13 +229,13 @@ func getSQL(t *relTable, g *storage.Get) (string, []any, []string) {
 // Deferred put (IfNotExists) is a plain INSERT instead, which fails the
 // transaction with a unique violation if the row exists (deferredSQL).
 func putSQL(t *relTable, p *storage.Put) (string, []any) {
-	return insertSQL(t, p, false)
+	return buildPut(t, p, false)
 }
 
 // deferredSQL is the plain INSERT of a Deferred put.
-func deferredSQL(t *relTable, p *storage.Put) (string, []any) { return insertSQL(t, p, true) }
+func deferredSQL(t *relTable, p *storage.Put) (string, []any) { return buildPut(t, p, true) }
 
-func insertSQL(t *relTable, p *storage.Put, plain bool) (string, []any) {
+func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 	var b builder
 	vals := sortedKeys(p.Values)
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
