@@ -307,8 +307,9 @@ func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 //     read, a conditional write) or with COMMIT; so is a Deferred put,
 //     whose INSERT fails the transaction if the row exists.
 //
-// A ledger transaction that reads a nonce and an asset and writes three
-// rows then costs three round trips rather than seven. Reads still see the
+// A ledger YCSB-F transaction, which reads an asset's head and writes its
+// new version, the head and the nonce's state (a Deferred put), then costs
+// two round trips rather than seven. Reads still see the
 // transaction's own writes, since the queue goes first. A queued write the
 // server refuses (a serialization failure, a table dropped meanwhile)
 // reports its error, naming the write, from the call that sent it; the
