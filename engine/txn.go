@@ -65,10 +65,14 @@ const linearWrites = 16
 
 // reset empties the transaction for reuse, keeping its slices' room.
 func (x *tx) reset() {
-	x.reads, x.nodes, x.writes = x.reads[:0], x.nodes[:0], x.writes[:0]
-	clear(x.writes[:cap(x.writes)]) // drop references to old rows
-	clear(x.order[:cap(x.order)])
-	x.order = x.order[:0]
+	// Drop references to old rows. Only the used entries: the room past
+	// them is zero already (entries are only appended, and only this
+	// truncates), and a pooled core may keep a bulk load's room, which
+	// clearing whole on every transaction cost more than the rest of a
+	// small one.
+	clear(x.writes)
+	clear(x.order)
+	x.reads, x.nodes, x.writes, x.order = x.reads[:0], x.nodes[:0], x.writes[:0], x.order[:0]
 	x.widx, x.readMax, x.last = nil, 0, 0
 }
 
