@@ -84,11 +84,14 @@ func (db *DB) checkpointLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-db.closing; cancel() }() // ends with the engine
+	// The log recovery read may call for one at once.
+	db.noteLogged(0)
 	for {
 		select {
 		case <-db.closing:
 			return
 		case <-time.After(db.cfg.CheckpointInterval):
+		case <-db.ckptKick:
 		}
 		st, err := db.Checkpoint(ctx)
 		if err != nil {
@@ -96,6 +99,18 @@ func (db *DB) checkpointLoop() {
 			continue
 		}
 		db.cfg.Logf("engine: checkpoint of epochs %d..%d: %d rows, %d bytes in %v", st.Start, st.End, st.Rows, st.Bytes, st.Duration)
+	}
+}
+
+// noteLogged counts n more log bytes, and kicks the checkpoint loop if the
+// log since the last checkpoint began has reached CheckpointLogSize.
+func (db *DB) noteLogged(n int64) {
+	total := db.logged.Add(n)
+	if limit := db.cfg.CheckpointLogSize; limit > 0 && total-db.ckptBase.Load() >= limit {
+		select {
+		case db.ckptKick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -112,6 +127,10 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		return CheckpointStats{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "checkpoint", Detail: "an engine without a log writes no checkpoints"}
 	}
 	began := time.Now()
+	// What is logged from here on counts towards the next one. (Some of
+	// it belongs to epochs this one covers: a checkpoint comes early,
+	// never late.)
+	db.ckptBase.Store(db.logged.Load())
 	cs := db.epoch.Load()
 	// Every commit of an epoch before cs must be installed before the walk.
 	for spins := 0; ; spins++ {

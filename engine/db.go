@@ -70,6 +70,16 @@ type Config struct {
 	// the start of the next. 0 means 1 minute; negative disables periodic
 	// checkpoints (Checkpoint can still be called).
 	CheckpointInterval time.Duration
+	// CheckpointLogSize bounds the log between periodic checkpoints: once
+	// this many bytes were logged since the last checkpoint began
+	// (counting, at Open, the whole log recovery read), the next one
+	// starts without waiting for CheckpointInterval, and the log it
+	// covers is truncated. It keeps both the disk the log takes and the
+	// replay at Open bounded when the engine writes fast, or is opened
+	// many times for less than CheckpointInterval each. 0 means 1 GiB;
+	// negative leaves checkpoints to time alone. Without periodic
+	// checkpoints it does nothing.
+	CheckpointLogSize int64
 	// Limits are the storage size limits.
 	Limits storage.Limits
 	// Logf reports recovery and checkpoint events; nil discards them.
@@ -113,6 +123,9 @@ func (c *Config) validate() error {
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = time.Minute
+	}
+	if c.CheckpointLogSize == 0 {
+		c.CheckpointLogSize = 1 << 30
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -180,6 +193,12 @@ type DB struct {
 	failErr atomic.Pointer[error]
 
 	ckptMu sync.Mutex // one checkpoint at a time
+	// logged counts the log bytes appended since Open, plus those recovery
+	// read; ckptBase is its value when the last checkpoint began. A logger
+	// that finds them CheckpointLogSize apart kicks the checkpoint loop.
+	logged   atomic.Int64
+	ckptBase atomic.Int64
+	ckptKick chan struct{}
 
 	closing  chan struct{}
 	stopped  chan struct{} // closed once the loggers have exited
@@ -205,7 +224,8 @@ func Open(cfg Config) (*DB, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{})}
+	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{}),
+		ckptKick: make(chan struct{}, 1)}
 	db.cat.init()
 	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

@@ -85,7 +85,11 @@
 // starting at epoch Cs waits until every commit of an earlier epoch is
 // installed, copies every live row with its TID, and becomes valid (is
 // renamed into place) once D reaches its end epoch Ce. Then the log of
-// epochs before Cs is truncated. Recovery loads the newest checkpoint,
+// epochs before Cs is truncated. One starts CheckpointInterval after the
+// last one ended, or sooner once CheckpointLogSize bytes were logged since
+// the last one began (the log recovery read counts), so the log on disk
+// and the replay at Open stay bounded however fast the engine writes or
+// however briefly it stays open. Recovery loads the newest checkpoint,
 // takes D from the loggers' last marks, replays the buffers of epochs in
 // [Cs, D] from every log in parallel keeping the highest TID per key (one
 // read of each log: the last mark is found from its tail), and

@@ -407,6 +407,7 @@ func (lg *logger) round() bool {
 		lg.release(size)
 		return false
 	}
+	db.noteLogged(int64(size))
 	lg.spanMu.Lock()
 	lg.maxEp = max(lg.maxEp, maxEp)
 	lg.addSpan(logSpan{last: last, maxEpoch: lg.maxEp})

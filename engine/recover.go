@@ -203,6 +203,7 @@ func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last
 	})
 	err = s.Replay(0, func(index uint64, rec []byte) error {
 		last = index
+		db.logged.Add(int64(len(rec)))
 		kind, e, err := recordHeader(rec)
 		if err != nil {
 			return &CorruptionError{File: name, Offset: int64(index), Err: err}

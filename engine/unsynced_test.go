@@ -22,17 +22,21 @@ var kvTable = &storage.Table{Namespace: "u", Name: "kv",
 	PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeBigInt}},
 	Columns:      []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}
 
-func openKV(t *testing.T, cfg engine.Config) *engine.DB {
+func openKV(t *testing.T, cfg engine.Config) *engine.DB { return openTable(t, cfg, kvTable) }
+
+// openTable opens the engine of cfg and creates tbl (and its namespace) if
+// the engine does not hold it yet.
+func openTable(t *testing.T, cfg engine.Config, tbl *storage.Table) *engine.DB {
 	t.Helper()
 	db, err := engine.Open(cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
 	ctx := context.Background()
-	if _, err := db.DescribeTable(ctx, "u", "kv"); err == nil {
+	if _, err := db.DescribeTable(ctx, tbl.Namespace, tbl.Name); err == nil {
 		return db
 	}
-	for _, err := range []error{db.CreateNamespace(ctx, "u"), db.CreateTable(ctx, kvTable)} {
+	for _, err := range []error{db.CreateNamespace(ctx, tbl.Namespace), db.CreateTable(ctx, tbl)} {
 		if err != nil {
 			t.Fatalf("setup: %v", err)
 		}
