@@ -113,12 +113,14 @@ func TestUnsyncedReturnsBeforeDurable(t *testing.T) {
 // TestUnsyncedPrefix checks the promise storage.Unsyncer makes, across
 // crashes that keep only synced bytes: whatever a call through the view
 // wrote or read is present after recovery if a durable commit that began
-// after that call was acknowledged.
+// after that call was acknowledged, or if a later call through the view
+// wrote something still present.
 //
-// Writer w raises its own register A_w through the view, then records the
-// value durably in B_w; a reader reads A_w through the view (a get or a
-// scan) and records what it saw durably in C_r. After a crash, A_w must be
-// at least every acknowledged B_w and every acknowledged C_r that read it.
+// Writer w raises its own register A_w through the view, copies the value
+// to D_w through the view, then records it durably in B_w; a reader reads
+// A_w through the view (a get or a scan) and records what it saw durably in
+// C_r. After a crash, A_w must be at least every acknowledged B_w, every
+// acknowledged C_r that read it, and the D_w that survived.
 // The crashes must also lose some unsynced raise, or the check proved
 // nothing.
 func TestUnsyncedPrefix(t *testing.T) {
@@ -141,7 +143,7 @@ func TestUnsyncedPrefix(t *testing.T) {
 // made through the view.
 func unsyncedPrefixSeed(t *testing.T, seed uint64) bool {
 	const writers, readers = 3, 2
-	const aBase, bBase, cBase = 0, 100, 200
+	const aBase, bBase, cBase, dBase = 0, 100, 200, 300
 	rng := rand.New(rand.NewPCG(seed, 9))
 	mem := vfs.NewCrashableMem()
 	cfg := engine.Config{Dir: "/db", Loggers: 1 + rng.IntN(2), CheckpointInterval: -1, LogSegmentSize: int64(16384 << rng.IntN(4)),
@@ -172,7 +174,7 @@ func unsyncedPrefixSeed(t *testing.T, seed uint64) bool {
 					return // the database closed under us
 				}
 				raised[w].Store(v)
-				if putKV(ctx, db, bBase+w, v) != nil {
+				if putKV(ctx, u, dBase+w, v) != nil || putKV(ctx, db, bBase+w, v) != nil {
 					return
 				}
 				ack(func() { ackB[w] = v })
@@ -225,6 +227,13 @@ func unsyncedPrefixSeed(t *testing.T, seed uint64) bool {
 			t.Errorf("writer %d: A = %d (%v) after recovery, but B = %d was acknowledged after it", w, a, err, b)
 		}
 		lost = lost || a < before[w]
+	}
+	for w := range int64(writers) {
+		a, aerr := getKV(ctx, db, aBase+w)
+		d, derr := getKV(ctx, db, dBase+w)
+		if aerr != nil || derr != nil || a < d {
+			t.Errorf("writer %d: A = %d (%v) after recovery, but D = %d (%v), written through the view after it, survived", w, a, aerr, d, derr)
+		}
 	}
 	for r, c := range ackC {
 		if a, err := getKV(ctx, db, aBase+c[0]); err != nil || a < c[1] {

@@ -91,14 +91,17 @@ type Backend interface {
 
 // Unsyncer is implemented by a backend that can return from a call once its
 // effects are committed and visible to other callers, before they are
-// durable. Such a view is for bookkeeping whose values reach a caller only
-// through a later, durable commit — the Validator's logical clock, whose
-// values are durable once the log rows that carry them are. A backend may
-// implement it only if it keeps both of these promises:
+// durable. Such a view is for writes whose loss the writer can afford:
+// bookkeeping whose values reach a caller only through a later, durable
+// commit — the Validator's logical clock, whose values are durable once
+// the log rows that carry them are — or a record that can be rebuilt from
+// elsewhere, as the Validator rebuilds a lost outcome from the ledger. A
+// backend may implement it only if it keeps both of these promises:
 //
 //   - Prefix. Whatever a call through the view wrote or read is durable no
-//     later than any durable commit with writes that begins after the call
-//     returned. (A read-only commit promises only what it read.)
+//     later than the writes of any commit that begins after the call
+//     returned, durable or itself through the view. (A read-only commit
+//     promises only what it read.)
 //   - No survivors. If such an effect is lost (a crash, a failed log), no
 //     later durable commit succeeds in the process that saw it.
 //

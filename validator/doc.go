@@ -62,14 +62,31 @@
 // The clock reads and writes through the backend's unsynced view
 // (storage.Unsynced), without waiting for durability: a clock value
 // matters only inside the log rows that carry it, and those are written
-// by durable commits that begin after the clock was read or written,
-// which by the view's prefix promise makes the counter values they depend
-// on durable too. After a crash every counter value that some logged end
+// after the clock was read or written (a request by a durable commit, an
+// outcome through the view as well), so by the view's prefix promise no
+// such row is durable before the counter values it depends on. After a
+// crash every counter value that some logged end
 // clock e needs (e itself) or some logged begin clock b needs (b − 1) is
 // still there. On a backend without such a view (PostgreSQL) every clock
-// write is durable. A logged transaction so costs the Validator database
-// two durable commits (request, outcome), two scans and one counter write
-// that waits for no fsync.
+// write is durable.
+//
+// # Durability of the log
+//
+// The request is stored durably before it is sent: a request the ledger
+// may have received is never missing from the log, even after a crash of
+// the client process. The outcome is stored through the unsynced view as
+// well, and ExecuteRequest returns without waiting for it to be durable.
+// A crash may lose it (and the counter value of its end clock), and that
+// is safe: the request row is still there, so the transaction is in
+// doubt again and Recover resolves it from the ledger's GetTxState and
+// proofs, with an end clock taken then — later than the lost one, which
+// only widens its interval (more transactions look concurrent, no false
+// alarm). By the view's prefix promise the outcome is durable as soon as
+// any later durable commit is: the next logged request, or the
+// validation that reads it, so no validation result rests on an outcome
+// a crash could take back. A logged transaction so costs the Validator
+// database one durable commit (the request), two scans and two writes
+// that wait for no fsync; on PostgreSQL both commits are durable.
 //
 // # Validation (Algorithm 2), and strict serializability
 //

@@ -103,6 +103,9 @@ type Validator struct {
 	c     *client.Client
 	clock *Clock
 	key   auth.Verifier
+	// outcomes is the view outcomes are logged through: the database's
+	// unsynced view if it has one (see doc.go, "Durability of the log").
+	outcomes storage.Store
 
 	contracts sync.Map // contract id → ledger.Contract
 }
@@ -117,7 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 	if err := ensureSchema(ctx, cfg.DB, cfg.Namespace); err != nil {
 		return nil, err
 	}
-	v := &Validator{cfg: cfg, db: cfg.DB, ns: cfg.Namespace, c: cfg.Client, key: cfg.LedgerKey}
+	v := &Validator{cfg: cfg, db: cfg.DB, ns: cfg.Namespace, c: cfg.Client, key: cfg.LedgerKey, outcomes: storage.Unsynced(cfg.DB)}
 	if v.clock, err = newClock(ctx, cfg.DB, cfg.Namespace, cfg.Clock); err != nil {
 		return nil, err
 	}
@@ -187,6 +190,12 @@ func (v *Validator) Execute(ctx context.Context, contractID string, argument []b
 // is unknown (the reply was lost) stays in doubt for Recover. If logging
 // the outcome fails, the result is returned with an error wrapping
 // ErrLogIncomplete: the transaction did commit.
+//
+// The request is durable before it is sent. The outcome is visible when
+// ExecuteRequest returns and, on a database with an unsynced view (the
+// embedded engine), durable with the next durable commit: a crash may
+// lose it, and the transaction is then in doubt again and Recover finds
+// its outcome at the ledger (see doc.go).
 func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
 	begin, err := v.clock.Begin(ctx)
 	if err != nil {
@@ -249,7 +258,7 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	}
 	t.End = end
 	row := storage.Values{"nonce": storage.Text(t.Request.Nonce)}
-	err = v.db.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
+	err = v.outcomes.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
 		Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
 	if !errors.Is(err, storage.ErrConditionNotMet) {
 		if err != nil {
