@@ -160,7 +160,7 @@ func (b *Backend) CreateTable(ctx context.Context, t *storage.Table) error {
 	}
 	var tag [4]byte
 	_, _ = rand.Read(tag[:])
-	rt := &relTable{Table: t, rel: t.Name + "$" + hex.EncodeToString(tag[:])}
+	rt := newRelTable(t, t.Name+"$"+hex.EncodeToString(tag[:]))
 	err = b.inTx(ctx, op, func(tx pgx.Tx) error {
 		ok, err := namespaceExists(ctx, tx, t.Namespace)
 		if err != nil {
@@ -297,7 +297,7 @@ func (b *Backend) tableVia(ctx context.Context, q querier, op, namespace, table 
 	if err := schema.Validate(); err != nil {
 		return nil, fmt.Errorf("storage: %s %s: invalid schema in kiroku_meta.tables: %w", op, key, err)
 	}
-	t = &relTable{Table: schema, rel: rel}
+	t = newRelTable(schema, rel)
 	b.cache(t)
 	return t, nil
 }

@@ -2,8 +2,7 @@ package postgres
 
 import (
 	"fmt"
-	"maps"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,9 +27,48 @@ func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 type relTable struct {
 	*storage.Table
 	rel string
+	// Built once by newRelTable, since statements are built per call and
+	// quoting an identifier costs more than the rest of a statement.
+	qname   string            // the relation's quoted, qualified name
+	quoted  map[string]string // column name → quoted identifier
+	cols    []string          // ColumnNames
+	qcols   []string          // cols quoted
+	allCols string            // every column quoted, comma-separated
+	keyCols string            // the key columns quoted, comma-separated
 }
 
-func tableIdent(t *relTable) string { return pgx.Identifier{t.Namespace, t.rel}.Sanitize() }
+func newRelTable(t *storage.Table, rel string) *relTable {
+	rt := &relTable{Table: t, rel: rel, qname: pgx.Identifier{t.Namespace, rel}.Sanitize(),
+		quoted: map[string]string{}, cols: t.ColumnNames()}
+	q := make([]string, len(rt.cols))
+	for i, c := range rt.cols {
+		q[i] = ident(c)
+		rt.quoted[c] = q[i]
+	}
+	rt.qcols = q
+	rt.allCols = strings.Join(q, ", ")
+	rt.keyCols = strings.Join(q[:len(t.PartitionKey)+len(t.ClusteringKey)], ", ")
+	return rt
+}
+
+// q returns a column's quoted identifier.
+func (t *relTable) q(name string) string {
+	if s, ok := t.quoted[name]; ok {
+		return s
+	}
+	return ident(name)
+}
+
+// keys lists the key columns' names: partition key, then clustering key.
+func (t *relTable) keys() []string { return t.cols[:len(t.PartitionKey)+len(t.ClusteringKey)] }
+
+// placeholders are "$1" to "$64", so binding a parameter formats nothing.
+var placeholders = func() (ph [65]string) {
+	for i := range ph {
+		ph[i] = "$" + strconv.Itoa(i)
+	}
+	return ph
+}()
 
 func sqlType(t storage.DataType) string {
 	switch t {
@@ -66,9 +104,8 @@ func createTableSQL(t *relTable) []string {
 	for _, c := range t.Columns {
 		cols = append(cols, ident(c.Name)+" "+sqlType(c.Type))
 	}
-	keys := quoteAll(t.KeyNames())
 	stmts := []string{fmt.Sprintf("CREATE TABLE %s (%s, CONSTRAINT %s PRIMARY KEY (%s))",
-		tableIdent(t), strings.Join(cols, ", "), ident(t.rel+"$pk"), strings.Join(keys, ", "))}
+		t.qname, strings.Join(cols, ", "), ident(t.rel+"$pk"), t.keyCols)}
 	mixed := false
 	for _, c := range t.ClusteringKey {
 		mixed = mixed || c.Order == storage.Desc
@@ -79,7 +116,7 @@ func createTableSQL(t *relTable) []string {
 			idx = append(idx, ident(c.Name)+" "+c.Order.String())
 		}
 		stmts = append(stmts, fmt.Sprintf("CREATE INDEX %s ON %s (%s)",
-			ident(t.rel+"$order"), tableIdent(t), strings.Join(idx, ", ")))
+			ident(t.rel+"$order"), t.qname, strings.Join(idx, ", ")))
 	}
 	return stmts
 }
@@ -107,6 +144,9 @@ type builder struct {
 }
 
 func (b *builder) w(s ...string) {
+	if b.sb.Cap() == 0 {
+		b.sb.Grow(256) // most statements fit: one allocation, not a growing few
+	}
 	for _, x := range s {
 		b.sb.WriteString(x)
 	}
@@ -114,8 +154,14 @@ func (b *builder) w(s ...string) {
 
 // arg binds v and returns its placeholder.
 func (b *builder) arg(v storage.Value) string {
+	if b.args == nil {
+		b.args = make([]any, 0, 8)
+	}
 	b.args = append(b.args, goValue(v))
-	return fmt.Sprintf("$%d", len(b.args))
+	if n := len(b.args); n < len(placeholders) {
+		return placeholders[n]
+	}
+	return "$" + strconv.Itoa(len(b.args))
 }
 
 // goValue converts a value to what pgx binds to the column's SQL type.
@@ -180,7 +226,7 @@ func fromGo(t storage.DataType, x any) (storage.Value, error) {
 
 // whereKey writes "k1 = $1 AND k2 = $2 ..." for the full primary key.
 func (b *builder) whereKey(t *relTable, partition, clustering storage.Values) {
-	for i, name := range t.KeyNames() {
+	for i, name := range t.keys() {
 		if i > 0 {
 			b.w(" AND ")
 		}
@@ -188,17 +234,17 @@ func (b *builder) whereKey(t *relTable, partition, clustering storage.Values) {
 		if !ok {
 			v = clustering[name]
 		}
-		b.w(ident(name), " = ", b.arg(v))
+		b.w(t.qcols[i], " = ", b.arg(v))
 	}
 }
 
 // conditionExprs writes " AND expr ..." for a CondIf condition.
-func (b *builder) conditionExprs(c *storage.Condition) {
+func (b *builder) conditionExprs(t *relTable, c *storage.Condition) {
 	if c == nil || c.Kind != storage.CondIf {
 		return
 	}
 	for _, e := range c.Exprs {
-		b.w(" AND ", ident(e.Column), " ")
+		b.w(" AND ", t.q(e.Column), " ")
 		switch e.Op {
 		case storage.OpIsNull, storage.OpIsNotNull:
 			b.w(e.Op.String())
@@ -208,17 +254,28 @@ func (b *builder) conditionExprs(c *storage.Condition) {
 	}
 }
 
-func projection(t *relTable, proj []string) []string {
+// selectList writes "SELECT cols FROM table WHERE " and returns the
+// columns selected: the projection, or every column.
+func (b *builder) selectList(t *relTable, proj []string) []string {
+	b.w("SELECT ")
 	if len(proj) == 0 {
-		return t.ColumnNames()
+		b.w(t.allCols)
+		proj = t.cols
+	} else {
+		for i, c := range proj {
+			if i > 0 {
+				b.w(", ")
+			}
+			b.w(t.q(c))
+		}
 	}
+	b.w(" FROM ", t.qname, " WHERE ")
 	return proj
 }
 
 func getSQL(t *relTable, g *storage.Get) (string, []any, []string) {
 	var b builder
-	cols := projection(t, g.Projection)
-	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
+	cols := b.selectList(t, g.Projection)
 	b.whereKey(t, g.Partition, g.Clustering)
 	return b.sb.String(), b.args, cols
 }
@@ -237,77 +294,89 @@ func deferredSQL(t *relTable, p *storage.Put) (string, []any) { return buildPut(
 
 func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 	var b builder
-	vals := sortedKeys(p.Values)
+	// The value columns set, in schema order: the statement's text is the
+	// same for every put of one shape, so pgx reuses its prepared statement.
+	nk := len(t.PartitionKey) + len(t.ClusteringKey)
+	var vbuf [8]storage.Value
+	var sbuf [8]int
+	vals, set := vbuf[:0], sbuf[:0] // set: indexes into t.cols
+	for i, name := range t.cols[nk:] {
+		if v, ok := p.Values[name]; ok {
+			vals, set = append(vals, v), append(set, nk+i)
+		}
+	}
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
 		// IfExists or If: update the existing row only.
-		b.w("UPDATE ", tableIdent(t), " SET ")
-		if len(vals) == 0 {
-			k := ident(t.PartitionKey[0].Name)
+		b.w("UPDATE ", t.qname, " SET ")
+		if len(p.Values) == 0 {
+			k := t.q(t.PartitionKey[0].Name)
 			b.w(k, " = ", k) // touch the row: it is written, so it conflicts like a write
 		}
-		for i, name := range vals {
+		for i, c := range set {
 			if i > 0 {
 				b.w(", ")
 			}
-			b.w(ident(name), " = ", b.arg(p.Values[name]))
+			b.w(t.qcols[c], " = ", b.arg(vals[i]))
 		}
 		b.w(" WHERE ")
 		b.whereKey(t, p.Partition, p.Clustering)
-		b.conditionExprs(p.Condition)
+		b.conditionExprs(t, p.Condition)
 		return b.sb.String(), b.args
 	}
-	keys := t.KeyNames()
-	cols := append(append([]string{}, keys...), vals...)
-	b.w("INSERT INTO ", tableIdent(t), " (", strings.Join(quoteAll(cols), ", "), ") VALUES (")
-	for i, name := range cols {
+	b.w("INSERT INTO ", t.qname, " (", t.keyCols)
+	for _, c := range set {
+		b.w(", ", t.qcols[c])
+	}
+	b.w(") VALUES (")
+	for i, name := range t.keys() {
 		if i > 0 {
 			b.w(", ")
 		}
-		v, ok := p.Values[name]
+		v, ok := p.Partition[name]
 		if !ok {
-			if v, ok = p.Partition[name]; !ok {
-				v = p.Clustering[name]
-			}
+			v = p.Clustering[name]
 		}
 		b.w(b.arg(v))
+	}
+	for _, v := range vals {
+		b.w(", ", b.arg(v))
 	}
 	if plain {
 		b.w(")")
 		return b.sb.String(), b.args
 	}
-	b.w(") ON CONFLICT (", strings.Join(quoteAll(keys), ", "), ") DO ")
-	if p.Condition != nil || len(vals) == 0 {
+	b.w(") ON CONFLICT (", t.keyCols, ") DO ")
+	if p.Condition != nil || len(p.Values) == 0 {
 		b.w("NOTHING")
 		return b.sb.String(), b.args
 	}
 	b.w("UPDATE SET ")
-	for i, name := range vals {
+	for i, c := range set {
 		if i > 0 {
 			b.w(", ")
 		}
-		b.w(ident(name), " = EXCLUDED.", ident(name))
+		b.w(t.qcols[c], " = EXCLUDED.", t.qcols[c])
 	}
 	return b.sb.String(), b.args
 }
 
 func deleteSQL(t *relTable, d *storage.Delete) (string, []any) {
 	var b builder
-	b.w("DELETE FROM ", tableIdent(t), " WHERE ")
+	b.w("DELETE FROM ", t.qname, " WHERE ")
 	b.whereKey(t, d.Partition, d.Clustering)
-	b.conditionExprs(d.Condition)
+	b.conditionExprs(t, d.Condition)
 	return b.sb.String(), b.args
 }
 
 // scanSQL returns the statement for a Scan, and the projected columns.
 func scanSQL(t *relTable, s *storage.Scan) (string, []any, []string) {
 	var b builder
-	cols := projection(t, s.Projection)
-	b.w("SELECT ", strings.Join(quoteAll(cols), ", "), " FROM ", tableIdent(t), " WHERE ")
+	cols := b.selectList(t, s.Projection)
 	for i, c := range t.PartitionKey {
 		if i > 0 {
 			b.w(" AND ")
 		}
-		b.w(ident(c.Name), " = ", b.arg(s.Partition[c.Name]))
+		b.w(t.q(c.Name), " = ", b.arg(s.Partition[c.Name]))
 	}
 	if s.Start != nil {
 		b.w(" AND ")
@@ -327,11 +396,11 @@ func scanSQL(t *relTable, s *storage.Scan) (string, []any, []string) {
 			if s.Order == storage.Desc {
 				o = 1 - o
 			}
-			b.w(ident(c.Name), " ", o.String())
+			b.w(t.q(c.Name), " ", o.String())
 		}
 	}
 	if s.Limit > 0 {
-		b.w(fmt.Sprintf(" LIMIT %d", s.Limit))
+		b.w(" LIMIT ", strconv.Itoa(s.Limit))
 	}
 	return b.sb.String(), b.args, cols
 }
@@ -363,7 +432,7 @@ func (b *builder) bound(t *relTable, bd *storage.Bound, start bool) {
 		names := make([]string, len(cc))
 		ph := make([]string, len(cc))
 		for i, c := range cc {
-			names[i], ph[i] = ident(c.Name), b.arg(vals[i])
+			names[i], ph[i] = t.q(c.Name), b.arg(vals[i])
 		}
 		if len(cc) == 1 {
 			b.w(names[0], " ", op, " ", ph[0])
@@ -376,20 +445,17 @@ func (b *builder) bound(t *relTable, bd *storage.Bound, start bool) {
 	for i := range cc {
 		var parts []string
 		for j := 0; j < i; j++ {
-			parts = append(parts, ident(cc[j].Name)+" = "+b.arg(vals[j]))
+			parts = append(parts, t.q(cc[j].Name)+" = "+b.arg(vals[j]))
 		}
-		parts = append(parts, ident(cc[i].Name)+" "+strict(cc[i].Order)+" "+b.arg(vals[i]))
+		parts = append(parts, t.q(cc[i].Name)+" "+strict(cc[i].Order)+" "+b.arg(vals[i]))
 		terms = append(terms, "("+strings.Join(parts, " AND ")+")")
 	}
 	if bd.Inclusive {
 		var parts []string
 		for j := range cc {
-			parts = append(parts, ident(cc[j].Name)+" = "+b.arg(vals[j]))
+			parts = append(parts, t.q(cc[j].Name)+" = "+b.arg(vals[j]))
 		}
 		terms = append(terms, "("+strings.Join(parts, " AND ")+")")
 	}
 	b.w("(", strings.Join(terms, " OR "), ")")
 }
-
-// sortedKeys gives deterministic statement text, so prepared statements are reused.
-func sortedKeys(v storage.Values) []string { return slices.Sorted(maps.Keys(v)) }

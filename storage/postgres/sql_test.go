@@ -8,11 +8,11 @@ import (
 )
 
 func testTable() *relTable {
-	return &relTable{rel: "t$x", Table: &storage.Table{Namespace: "ns", Name: "t",
+	return newRelTable(&storage.Table{Namespace: "ns", Name: "t",
 		PartitionKey: []storage.Column{{Name: "p", Type: storage.TypeBigInt}},
 		ClusteringKey: []storage.ClusteringColumn{{Name: "a", Type: storage.TypeBigInt, Order: storage.Asc},
 			{Name: "b", Type: storage.TypeText, Order: storage.Asc}, {Name: "c", Type: storage.TypeText, Order: storage.Desc}},
-		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}, {Name: "w", Type: storage.TypeBigInt}}}}
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}, {Name: "w", Type: storage.TypeBigInt}}}, "t$x")
 }
 
 func TestSQLGolden(t *testing.T) {
@@ -66,5 +66,27 @@ func TestSQLGolden(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("case %d:\n got  %s\n want %s", i, c.got, c.want)
 		}
+	}
+}
+
+// BenchmarkStatements builds the statements of a ledger execute: a get, an
+// insert, a conditional update and a deferred insert.
+func BenchmarkStatements(b *testing.B) {
+	tb := testTable()
+	p := storage.Values{"p": storage.BigInt(1)}
+	ck := storage.Values{"a": storage.BigInt(2), "b": storage.Text("x"), "c": storage.Text("y")}
+	vals := storage.Values{"v": storage.Blob([]byte("payload")), "w": storage.BigInt(3)}
+	get := &storage.Get{Namespace: "ns", Table: "t", Partition: p, Clustering: ck, Projection: []string{"v"}}
+	ins := &storage.Put{Namespace: "ns", Table: "t", Partition: p, Clustering: ck, Values: vals}
+	upd := &storage.Put{Namespace: "ns", Table: "t", Partition: p, Clustering: ck, Values: vals,
+		Condition: storage.If(storage.Eq("w", storage.BigInt(2)))}
+	def := &storage.Put{Namespace: "ns", Table: "t", Partition: p, Clustering: ck, Values: vals,
+		Condition: storage.IfNotExists(), Deferred: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		getSQL(tb, get)
+		putSQL(tb, ins)
+		putSQL(tb, upd)
+		deferredSQL(tb, def)
 	}
 }
