@@ -20,7 +20,7 @@ import (
 // TestCrashLosesNoAcknowledgedTransaction crashes the client process — the
 // Validator and its engine database, on a filesystem that keeps only
 // synced bytes and a random share of the rest — at a random moment while 8
-// threads execute read-modify-writes on a few hot assets through a real
+// threads execute read-modify-writes on 16 assets through a real
 // ledger. Nothing is sent after the crash, as a dead process sends
 // nothing. The Validator then reopens its database, and for every seed:
 //   - every request the ledger received is logged (a request is durable
