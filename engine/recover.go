@@ -201,9 +201,10 @@ func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last
 		}
 		return nil
 	})
+	var read int64 // counts towards CheckpointLogSize
 	err = s.Replay(0, func(index uint64, rec []byte) error {
 		last = index
-		db.logged.Add(int64(len(rec)))
+		read += int64(len(rec))
 		kind, e, err := recordHeader(rec)
 		if err != nil {
 			return &CorruptionError{File: name, Offset: int64(index), Err: err}
@@ -218,6 +219,7 @@ func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last
 		}
 		return nil
 	})
+	db.logged.Add(read)
 	if perr := p.wait(); err == nil {
 		err = perr
 	}
