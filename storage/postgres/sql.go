@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,34 +30,37 @@ type relTable struct {
 	rel string
 	// Built once by newRelTable, since statements are built per call and
 	// quoting an identifier costs more than the rest of a statement.
-	qname   string            // the relation's quoted, qualified name
-	quoted  map[string]string // column name → quoted identifier
-	cols    []string          // ColumnNames
-	qcols   []string          // cols quoted
-	allCols string            // every column quoted, comma-separated
-	keyCols string            // the key columns quoted, comma-separated
+	qname   string   // the relation's quoted, qualified name
+	cols    []string // ColumnNames
+	qcols   []string // cols quoted
+	allCols string   // every column quoted, comma-separated
+	keyCols string   // the key columns quoted, comma-separated
 }
 
 func newRelTable(t *storage.Table, rel string) *relTable {
-	rt := &relTable{Table: t, rel: rel, qname: pgx.Identifier{t.Namespace, rel}.Sanitize(),
-		quoted: map[string]string{}, cols: t.ColumnNames()}
-	q := make([]string, len(rt.cols))
-	for i, c := range rt.cols {
-		q[i] = ident(c)
-		rt.quoted[c] = q[i]
-	}
-	rt.qcols = q
-	rt.allCols = strings.Join(q, ", ")
-	rt.keyCols = strings.Join(q[:len(t.PartitionKey)+len(t.ClusteringKey)], ", ")
+	rt := &relTable{Table: t, rel: rel, qname: pgx.Identifier{t.Namespace, rel}.Sanitize(), cols: t.ColumnNames()}
+	rt.qcols = quoteAll(rt.cols)
+	rt.allCols = strings.Join(rt.qcols, ", ")
+	rt.keyCols = strings.Join(rt.qcols[:len(rt.keys())], ", ")
 	return rt
 }
 
-// q returns a column's quoted identifier.
+// q returns a column's quoted identifier. A table has few columns: a scan
+// of them costs about what a map lookup would.
 func (t *relTable) q(name string) string {
-	if s, ok := t.quoted[name]; ok {
-		return s
+	if i := slices.Index(t.cols, name); i >= 0 {
+		return t.qcols[i]
 	}
 	return ident(name)
+}
+
+// keyValue is key column name's value, from the partition or the
+// clustering key.
+func keyValue(partition, clustering storage.Values, name string) storage.Value {
+	if v, ok := partition[name]; ok {
+		return v
+	}
+	return clustering[name]
 }
 
 // keys lists the key columns' names: partition key, then clustering key.
@@ -230,11 +234,7 @@ func (b *builder) whereKey(t *relTable, partition, clustering storage.Values) {
 		if i > 0 {
 			b.w(" AND ")
 		}
-		v, ok := partition[name]
-		if !ok {
-			v = clustering[name]
-		}
-		b.w(t.qcols[i], " = ", b.arg(v))
+		b.w(t.qcols[i], " = ", b.arg(keyValue(partition, clustering, name)))
 	}
 }
 
@@ -308,8 +308,8 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
 		// IfExists or If: update the existing row only.
 		b.w("UPDATE ", t.qname, " SET ")
-		if len(p.Values) == 0 {
-			k := t.q(t.PartitionKey[0].Name)
+		if len(vals) == 0 {
+			k := t.qcols[0]
 			b.w(k, " = ", k) // touch the row: it is written, so it conflicts like a write
 		}
 		for i, c := range set {
@@ -332,11 +332,7 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 		if i > 0 {
 			b.w(", ")
 		}
-		v, ok := p.Partition[name]
-		if !ok {
-			v = p.Clustering[name]
-		}
-		b.w(b.arg(v))
+		b.w(b.arg(keyValue(p.Partition, p.Clustering, name)))
 	}
 	for _, v := range vals {
 		b.w(", ", b.arg(v))
@@ -346,7 +342,7 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 		return b.sb.String(), b.args
 	}
 	b.w(") ON CONFLICT (", t.keyCols, ") DO ")
-	if p.Condition != nil || len(p.Values) == 0 {
+	if p.Condition != nil || len(vals) == 0 {
 		b.w("NOTHING")
 		return b.sb.String(), b.args
 	}
