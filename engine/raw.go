@@ -38,6 +38,12 @@ func (h *TableHandle) AppendPartitionKey(b []byte, vals ...storage.Value) []byte
 }
 
 // RawTxn is a reusable raw transaction on tables without clustering keys.
+//
+// The key strings given to Read, Write and WriteRow must stay unchanged
+// until the commit returns or Reset is called; after that the caller may
+// reuse their bytes (for example, strings made with unsafe.String over one
+// buffer), because the engine copies every key it keeps. A caller that
+// encodes its keys into such a buffer allocates nothing per operation.
 type RawTxn struct {
 	x tx
 }

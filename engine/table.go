@@ -2,6 +2,7 @@ package engine
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -67,12 +68,16 @@ type clustering struct {
 	tree *btree.BTreeG[*record]
 }
 
-// newPartition returns an empty partition of t for pk.
+// newPartition returns an empty partition of t for pk. It keeps a copy of
+// pk, never the caller's string: a raw transaction's caller may reuse the
+// bytes of its keys once the commit returns (RawTxn).
 func newPartition(t *table, pk string, keys []storage.Value) *partition {
 	p := &partition{t: t, keys: keys}
 	if len(pk) <= len(p.inl) {
 		n := copy(p.inl[:], pk)
 		pk = unsafe.String(&p.inl[0], n)
+	} else {
+		pk = strings.Clone(pk)
 	}
 	p.pk = pk
 	if t.clustered() {

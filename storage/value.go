@@ -85,6 +85,9 @@ func Double(f float64) Value { return Value{typ: TypeDouble, i: int64(math.Float
 func Text(s string) Value    { return Value{typ: TypeText, s: s} }
 func Blob(b []byte) Value    { return Value{typ: TypeBlob, s: string(b)} }
 
+// BlobString makes a BLOB value of the bytes of s, without copying them.
+func BlobString(s string) Value { return Value{typ: TypeBlob, s: s} }
+
 // Timestamp makes a TIMESTAMP value. It truncates t to microseconds, the
 // precision every backend stores; times outside [MinTimestamp, MaxTimestamp]
 // are rejected with ErrInvalidValue when the value is written.
