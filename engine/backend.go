@@ -133,28 +133,29 @@ func (tb *table) rowFromKey(part, clus storage.Values, cols []storage.Value, pro
 	return out
 }
 
-// rowFromStored builds a result row from stored keys, decoding the
-// clustering key only if the projection asks for part of it.
-func (tb *table) rowFromStored(pkeys []storage.Value, ck string, cols []storage.Value, proj []string) (storage.Row, error) {
-	out := make(storage.Row, rowSize(len(pkeys)+len(tb.schema.ClusteringKey)+len(cols), proj))
+// rowFromStored builds a result row from stored keys; ckeys is the
+// decoded clustering key, nil unless the projection asks for part of it
+// (wantsClustering).
+func (tb *table) rowFromStored(pkeys, ckeys, cols []storage.Value, proj []string) storage.Row {
+	out := make(storage.Row, rowSize(len(pkeys)+len(ckeys)+len(cols), proj))
 	for i, c := range tb.schema.PartitionKey {
 		if wanted(proj, c.Name) {
 			out[c.Name] = pkeys[i]
 		}
 	}
-	if tb.clustered() && slices.ContainsFunc(tb.schema.ClusteringKey, func(c storage.ClusteringColumn) bool { return wanted(proj, c.Name) }) {
-		vals, err := tb.decodeClustering(ck)
-		if err != nil {
-			return nil, err
-		}
-		for i, c := range tb.schema.ClusteringKey {
-			if wanted(proj, c.Name) {
-				out[c.Name] = vals[i]
-			}
+	for i, c := range tb.schema.ClusteringKey {
+		if ckeys != nil && wanted(proj, c.Name) {
+			out[c.Name] = ckeys[i]
 		}
 	}
 	tb.addColumns(out, cols, proj)
-	return out, nil
+	return out
+}
+
+// wantsClustering reports whether a projection asks for a clustering
+// column, which scans then decode from the stored key.
+func (tb *table) wantsClustering(proj []string) bool {
+	return slices.ContainsFunc(tb.schema.ClusteringKey, func(c storage.ClusteringColumn) bool { return wanted(proj, c.Name) })
 }
 
 func (tb *table) addColumns(out storage.Row, cols []storage.Value, proj []string) {
@@ -200,9 +201,57 @@ func (tb *table) scanRange(s *storage.Scan) (lo, hi string, empty bool) {
 func inRange(ck, lo, hi string) bool { return ck >= lo && (hi == "" || ck < hi) }
 
 type scanned struct {
-	ck   string
-	cols []storage.Value
+	ck    string
+	cols  []storage.Value
+	ckeys []storage.Value // the decoded ck, if the projection wants it
 }
+
+// scanRows is a scan's result. A row's map is built only when Row asks
+// for it; Column reads one column without it (storage.ColumnReader).
+type scanRows struct {
+	tb    *table
+	pkeys []storage.Value
+	rows  []scanned
+	proj  []string
+	i     int
+	row   storage.Row // rows[i]'s, once built
+}
+
+func (r *scanRows) Next() bool {
+	r.row = nil
+	if r.i < len(r.rows) {
+		r.i++
+	}
+	return r.i < len(r.rows)
+}
+
+func (r *scanRows) Row() storage.Row {
+	if r.row == nil {
+		s := &r.rows[r.i]
+		r.row = r.tb.rowFromStored(r.pkeys, s.ckeys, s.cols, r.proj)
+	}
+	return r.row
+}
+
+func (r *scanRows) Column(name string) (storage.Value, bool) {
+	if !wanted(r.proj, name) {
+		return storage.Value{}, false
+	}
+	s := &r.rows[r.i]
+	if j, ok := r.tb.valIdx[name]; ok {
+		return s.cols[j], true
+	}
+	if j := slices.IndexFunc(r.tb.schema.PartitionKey, func(c storage.Column) bool { return c.Name == name }); j >= 0 {
+		return r.pkeys[j], true
+	}
+	if j := slices.IndexFunc(r.tb.schema.ClusteringKey, func(c storage.ClusteringColumn) bool { return c.Name == name }); j >= 0 && s.ckeys != nil {
+		return s.ckeys[j], true
+	}
+	return storage.Value{}, false
+}
+
+func (r *scanRows) Err() error   { return nil }
+func (r *scanRows) Close() error { r.i, r.row = len(r.rows), nil; return nil }
 
 func (t *Txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	tb, err := t.table("scan", s.Namespace, s.Table)
@@ -212,18 +261,14 @@ func (t *Txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	if err := tb.schema.CheckScan(s, t.db.cfg.Limits); err != nil {
 		return nil, err
 	}
-	out, err := t.x.scan(tb, s)
-	if err != nil {
-		return nil, err
-	}
-	return storage.SliceRows(out), nil
+	return t.x.scan(tb, s)
 }
 
-func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
+func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 	pk := tb.encodePartition(s.Partition)
 	lo, hi, empty := tb.scanRange(s)
 	if empty {
-		return nil, nil
+		return &scanRows{tb: tb, i: -1}, nil
 	}
 	desc := s.Order == storage.Desc
 	var rows []scanned
@@ -260,7 +305,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 		case j >= 0:
 			rows[j].cols = cols
 		case cols != nil:
-			rows = append(rows, scanned{w.ck, cols})
+			rows = append(rows, scanned{ck: w.ck, cols: cols})
 		}
 	}
 	if own {
@@ -280,15 +325,15 @@ func (x *tx) scan(tb *table, s *storage.Scan) ([]storage.Row, error) {
 	} else {
 		pkeys = tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
 	}
-	out := make([]storage.Row, len(rows))
-	for i, r := range rows {
-		row, err := tb.rowFromStored(pkeys, r.ck, r.cols, s.Projection)
-		if err != nil {
-			return nil, err
+	if tb.clustered() && tb.wantsClustering(s.Projection) {
+		for i := range rows {
+			var err error
+			if rows[i].ckeys, err = tb.decodeClustering(rows[i].ck); err != nil {
+				return nil, err
+			}
 		}
-		out[i] = row
 	}
-	return out, nil
+	return &scanRows{tb: tb, pkeys: pkeys, rows: rows, proj: s.Projection, i: -1}, nil
 }
 
 // scanWant is how many committed rows a scan of [lo, hi) with limit must
@@ -331,7 +376,7 @@ func (x *tx) scanCommitted(p *partition, lo, hi string, desc bool, want int) []s
 			tid, rw := r.readStable()
 			x.noteRead(r, tid)
 			if tid&tidAbsent == 0 {
-				rows = append(rows, scanned{r.ck, rw.cols})
+				rows = append(rows, scanned{ck: r.ck, cols: rw.cols})
 			}
 		}
 		if n == 0 || len(recs) < n || len(rows) >= want || p.cl == nil {

@@ -136,6 +136,27 @@ type Rows interface {
 	Close() error
 }
 
+// ColumnReader is implemented by Rows that can read one column of the
+// current row without building the row: Column returns the value of the
+// named column and whether the row has it (a column outside the scan's
+// projection, or no column of that name, it has not). A row is a map, and
+// a caller that wants one column of many rows (the Validator's clock
+// reads a counter from each of K rows at every tick) would otherwise pay
+// for a map per row. Use it through RowColumn.
+type ColumnReader interface {
+	Column(name string) (Value, bool)
+}
+
+// RowColumn returns the named column of rows' current row, through
+// ColumnReader when rows implements it.
+func RowColumn(rows Rows, name string) (Value, bool) {
+	if cr, ok := rows.(ColumnReader); ok {
+		return cr.Column(name)
+	}
+	v, ok := rows.Row()[name]
+	return v, ok
+}
+
 // SliceRows returns a Rows over materialized rows.
 func SliceRows(rows []Row) Rows { return &sliceRows{rows: rows, i: -1} }
 

@@ -142,7 +142,8 @@ func (c *Clock) latest(ctx context.Context) (int64, error) {
 		defer rows.Close()
 		m = 0
 		for rows.Next() {
-			m = max(m, rows.Row()["value"].AsBigInt())
+			v, _ := storage.RowColumn(rows, "value") // no map per counter
+			m = max(m, v.AsBigInt())
 		}
 		return rows.Err()
 	})

@@ -589,7 +589,51 @@ func (e *env) scanRows(r interface {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := rows.(storage.ColumnReader); ok {
+		return e.collectByColumn(rows, s)
+	}
 	return storage.CollectRows(rows)
+}
+
+// collectByColumn collects rows that implement storage.ColumnReader,
+// checking that Column, asked first, agrees with Row on every column of
+// the table: present with the same value, or absent from both.
+func (e *env) collectByColumn(rows storage.Rows, s *storage.Scan) ([]storage.Row, error) {
+	defer rows.Close()
+	tb, err := e.db.DescribeTable(e.ctx, s.Namespace, s.Table)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{"no such column"}
+	for _, c := range tb.PartitionKey {
+		names = append(names, c.Name)
+	}
+	for _, c := range tb.ClusteringKey {
+		names = append(names, c.Name)
+	}
+	for _, c := range tb.Columns {
+		names = append(names, c.Name)
+	}
+	var out []storage.Row
+	for rows.Next() {
+		got := make(storage.Row)
+		for _, n := range names {
+			if v, ok := storage.RowColumn(rows, n); ok {
+				got[n] = v
+			}
+		}
+		row := rows.Row()
+		if len(got) != len(row) {
+			e.t.Fatalf("scan %s.%s (projection %v): Column gives %v, Row %v", s.Namespace, s.Table, s.Projection, got, row)
+		}
+		for n, v := range row {
+			if g, ok := got[n]; !ok || !g.Equal(v) || g.Type() != v.Type() {
+				e.t.Fatalf("scan %s.%s (projection %v): Column(%q) = %v, %v; Row has %v", s.Namespace, s.Table, s.Projection, n, g, ok, v)
+			}
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
 }
 
 // testSharedRequests: a backend only reads the requests it is given, so
