@@ -604,16 +604,7 @@ func (e *env) collectByColumn(rows storage.Rows, s *storage.Scan) ([]storage.Row
 	if err != nil {
 		return nil, err
 	}
-	names := []string{"no such column"}
-	for _, c := range tb.PartitionKey {
-		names = append(names, c.Name)
-	}
-	for _, c := range tb.ClusteringKey {
-		names = append(names, c.Name)
-	}
-	for _, c := range tb.Columns {
-		names = append(names, c.Name)
-	}
+	names := append(tb.ColumnNames(), "no such column")
 	var out []storage.Row
 	for rows.Next() {
 		got := make(storage.Row)
