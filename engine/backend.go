@@ -143,9 +143,11 @@ func (tb *table) rowFromStored(pkeys, ckeys, cols []storage.Value, proj []string
 			out[c.Name] = pkeys[i]
 		}
 	}
-	for i, c := range tb.schema.ClusteringKey {
-		if ckeys != nil && wanted(proj, c.Name) {
-			out[c.Name] = ckeys[i]
+	if ckeys != nil {
+		for i, c := range tb.schema.ClusteringKey {
+			if wanted(proj, c.Name) {
+				out[c.Name] = ckeys[i]
+			}
 		}
 	}
 	tb.addColumns(out, cols, proj)
@@ -153,7 +155,8 @@ func (tb *table) rowFromStored(pkeys, ckeys, cols []storage.Value, proj []string
 }
 
 // wantsClustering reports whether a projection asks for a clustering
-// column, which scans then decode from the stored key.
+// column (never, for a table without one), which scans then decode from
+// the stored key.
 func (tb *table) wantsClustering(proj []string) bool {
 	return slices.ContainsFunc(tb.schema.ClusteringKey, func(c storage.ClusteringColumn) bool { return wanted(proj, c.Name) })
 }
@@ -325,7 +328,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 	} else {
 		pkeys = tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
 	}
-	if tb.clustered() && tb.wantsClustering(s.Projection) {
+	if tb.wantsClustering(s.Projection) {
 		for i := range rows {
 			var err error
 			if rows[i].ckeys, err = tb.decodeClustering(rows[i].ck); err != nil {
