@@ -59,6 +59,6 @@ type Verifier interface {
 	// Scheme reports the signature scheme of the key.
 	Scheme() Scheme
 	// Verify returns nil if sig is a valid signature of msg, and otherwise
-	// an error wrapping ErrBadSignature.
+	// an error wrapping ErrBadSignature. The message is not retained.
 	Verify(msg, sig []byte) error
 }

@@ -59,7 +59,7 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 		return err
 	}
 	reg := &ledger.ContractRegistration{ID: id, Source: source, Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion}
-	sig, err := c.signer.Sign(reg.SigningBytes())
+	sig, err := ledger.Sign(c.signer, reg)
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (c *Client) SignRequest(r *ledger.Request) (*ledger.Request, error) {
 		return nil, err
 	}
 	r.Entity, r.KeyVersion = c.cfg.Entity, c.cfg.KeyVersion
-	sig, err := c.signer.Sign(r.SigningBytes())
+	sig, err := ledger.Sign(c.signer, r)
 	if err != nil {
 		return nil, err
 	}

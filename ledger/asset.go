@@ -3,6 +3,9 @@ package ledger
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/auth"
 )
 
 // Version is one version of an asset, as stored and hash-chained. The
@@ -61,10 +64,52 @@ const (
 // enc builds the length-prefixed encodings of FORMAT.md.
 type enc struct{ b []byte }
 
-func newEnc(tag string, size int) *enc {
-	e := &enc{b: make([]byte, 0, size+len(tag)+8)}
-	e.str(tag)
+// Signed is what has a FORMAT.md encoding that is signed or hashed: a
+// Request, a ContractRegistration, a Proof, a Receipt, and a Version (its
+// hash covers the encoding).
+type Signed interface {
+	encode(e *enc)
+}
+
+// encoding returns x's encoding in a buffer of its own, of about size
+// bytes.
+func encoding(x Signed, size int) []byte {
+	e := &enc{b: make([]byte, 0, size)}
+	x.encode(e)
+	return e.b
+}
+
+// encs holds buffers for encodings that are hashed or signed and then
+// dropped: neither a Signer nor a Verifier keeps the message, and a
+// buffer per signature, hash and check was a tenth of what an execute
+// allocated.
+var encs = sync.Pool{New: func() any { return &enc{b: make([]byte, 0, 1024)} }}
+
+func borrow(x Signed) *enc {
+	e := encs.Get().(*enc)
+	e.b = e.b[:0]
+	x.encode(e)
 	return e
+}
+
+func (e *enc) release() {
+	if cap(e.b) <= 64<<10 { // a rare huge one is left to the collector
+		encs.Put(e)
+	}
+}
+
+// Sign signs x's encoding with s.
+func Sign(s auth.Signer, x Signed) ([]byte, error) {
+	e := borrow(x)
+	defer e.release()
+	return s.Sign(e.b)
+}
+
+// Verify checks sig over x's encoding with v.
+func Verify(v auth.Verifier, x Signed, sig []byte) error {
+	e := borrow(x)
+	defer e.release()
+	return v.Verify(e.b, sig)
 }
 
 func (e *enc) bytes(p []byte) {
@@ -88,7 +133,11 @@ func (e *enc) input(m map[string]int64) {
 
 // HashBytes returns the bytes the version's Hash covers.
 func (v *Version) HashBytes() []byte {
-	e := newEnc(tagVersion, len(v.ID)+len(v.Output)+len(v.Argument)+len(v.Contract)+len(v.Nonce)+len(v.Entity)+len(v.Signature)+64*len(v.Input)+128)
+	return encoding(v, len(v.ID)+len(v.Output)+len(v.Argument)+len(v.Contract)+len(v.Nonce)+len(v.Entity)+len(v.Signature)+64*len(v.Input)+160)
+}
+
+func (v *Version) encode(e *enc) {
+	e.str(tagVersion)
 	e.str(v.ID)
 	e.i64(v.Age)
 	e.input(v.Input)
@@ -100,25 +149,29 @@ func (v *Version) HashBytes() []byte {
 	e.u32(v.KeyVersion)
 	e.bytes(v.Signature)
 	e.bytes(v.PrevHash)
-	return e.b
 }
 
 // ComputeHash returns SHA-256 of HashBytes.
 func (v *Version) ComputeHash() []byte {
-	h := sha256.Sum256(v.HashBytes())
+	e := borrow(v)
+	h := sha256.Sum256(e.b)
+	e.release()
 	return h[:]
 }
 
 // SigningBytes returns the bytes the ledger signs for the proof.
 func (p *Proof) SigningBytes() []byte {
-	e := newEnc(tagProof, len(p.ID)+len(p.Nonce)+64*len(p.Input)+96)
+	return encoding(p, len(p.ID)+len(p.Nonce)+64*len(p.Input)+128)
+}
+
+func (p *Proof) encode(e *enc) {
+	e.str(tagProof)
 	e.str(p.ID)
 	e.i64(p.Age)
 	e.str(p.Nonce)
 	e.input(p.Input)
 	e.bytes(p.Hash)
 	e.bytes(p.PrevHash)
-	return e.b
 }
 
 // Receipt is the ledger's signed statement about one committed transaction
@@ -140,11 +193,14 @@ type Receipt struct {
 // SigningBytes returns the bytes the ledger signs for the receipt
 // (FORMAT.md).
 func (r *Receipt) SigningBytes() []byte {
-	e := newEnc(tagReceipt, len(r.Nonce)+len(r.Contract)+len(r.Result)+64*(len(r.Input)+len(r.Writes))+32)
+	return encoding(r, len(r.Nonce)+len(r.Contract)+len(r.Result)+64*(len(r.Input)+len(r.Writes))+64)
+}
+
+func (r *Receipt) encode(e *enc) {
+	e.str(tagReceipt)
 	e.str(r.Nonce)
 	e.str(r.Contract)
 	e.input(r.Input)
 	e.input(r.Writes)
 	e.bytes(r.Result)
-	return e.b
 }

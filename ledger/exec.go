@@ -36,7 +36,7 @@ func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := v.Verify(req.SigningBytes(), req.Signature); err != nil {
+	if err := Verify(v, req, req.Signature); err != nil {
 		return nil, err
 	}
 	return l.execute(ctx, req)
@@ -55,9 +55,12 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
 	var res *Result
 	var failed error // the contract's own failure, recorded as an abort
+	s := l.store()
+	defer l.stores.Put(s)
 	err := storage.UpdateWith(ctx, l.b, l.cfg.Retry, func(tx storage.Txn) error {
 		res, failed = nil, nil
-		s := &txStore{ctx: ctx, tx: tx, l: l, heads: map[string]head{}, input: map[string]int64{}, writes: map[string][]byte{}}
+		s.begin(ctx, tx)
+		defer s.end()
 		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
 		if err == nil {
 			err = s.checkReply(req, out)
@@ -69,7 +72,7 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 			// never beside another attempt's commit of the same nonce.
 			failed = err
 			st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: err.Error(), Contract: req.ContractID}
-			return tx.Put(ctx, l.txStatePut(st))
+			return tx.Put(ctx, s.req.statePut(st))
 		}
 		if err != nil {
 			return err
@@ -79,7 +82,7 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 	})
 	switch {
 	case errors.Is(err, storage.ErrConditionNotMet):
-		// The state's put found the nonce recorded (txStatePut).
+		// The state's put found the nonce recorded (requests.statePut).
 		return nil, fmt.Errorf("%w: %s", ErrNonceReused, req.Nonce)
 	case err != nil:
 		return nil, err
@@ -97,7 +100,10 @@ type head struct {
 	output []byte
 }
 
-// txStore runs a contract against a storage transaction.
+// txStore runs a contract against a storage transaction. The ledger keeps
+// its spent ones for reuse (Ledger.stores), maps and requests included:
+// begin and end empty what an attempt leaves. input alone is made anew,
+// since the result keeps it.
 type txStore struct {
 	ctx    context.Context
 	tx     storage.Txn
@@ -105,13 +111,34 @@ type txStore struct {
 	heads  map[string]head
 	input  map[string]int64
 	writes map[string][]byte
+	req    *requests
+}
+
+// store returns a txStore for an execution, a spent one if there is one.
+func (l *Ledger) store() *txStore {
+	if s, ok := l.stores.Get().(*txStore); ok {
+		return s
+	}
+	return &txStore{l: l, heads: map[string]head{}, writes: map[string][]byte{}, req: newRequests(l.ns)}
+}
+
+// begin readies s for an attempt in tx; end drops what the attempt read
+// and wrote, so a spent store holds nothing of it.
+func (s *txStore) begin(ctx context.Context, tx storage.Txn) {
+	s.ctx, s.tx, s.input = ctx, tx, map[string]int64{}
+}
+
+func (s *txStore) end() {
+	s.ctx, s.tx, s.input = nil, nil, nil
+	clear(s.heads)
+	clear(s.writes)
 }
 
 func (s *txStore) head(id string) (head, error) {
 	if h, ok := s.heads[id]; ok {
 		return h, nil
 	}
-	row, ok, err := s.tx.Get(s.ctx, &storage.Get{Namespace: s.l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text(id)}})
+	row, ok, err := s.tx.Get(s.ctx, s.req.headOf(id))
 	if err != nil {
 		return head{}, err
 	}
@@ -217,33 +244,31 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 			Signature: req.Signature, PrevHash: h.hash}
 		v.Hash = v.ComputeHash()
 		p := v.Proof()
-		sig, err := s.l.cfg.Signer.Sign(p.SigningBytes())
+		sig, err := Sign(s.l.cfg.Signer, &p)
 		if err != nil {
 			return nil, fmt.Errorf("ledger: signing the proof of %s: %w", id, err)
 		}
 		v.ProofSignature, p.Signature = sig, sig
-		put := s.l.versionPut(v)
 		// Unconditional: the head was read in this transaction, so no
 		// other version v.Age can commit beside this one.
-		if err := s.tx.Put(s.ctx, put); err != nil {
+		if err := s.tx.Put(s.ctx, s.req.versionPut(v)); err != nil {
 			return nil, err
 		}
-		if err := s.tx.Put(s.ctx, &storage.Put{Namespace: s.l.ns, Table: tHeads, Partition: storage.Values{"id": storage.Text(id)},
-			Values: storage.Values{"age": storage.BigInt(v.Age), "hash": storage.Blob(v.Hash), "output": storage.Text(string(v.Output))}}); err != nil {
+		if err := s.tx.Put(s.ctx, s.req.headPut(v)); err != nil {
 			return nil, err
 		}
 		writes[id] = v.Age
 		res.Proofs = append(res.Proofs, p)
 	}
 	res.Writes = writes
-	sig, err := s.l.cfg.Signer.Sign(res.Receipt.SigningBytes())
+	sig, err := Sign(s.l.cfg.Signer, &res.Receipt)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: signing the receipt of %s: %w", req.Nonce, err)
 	}
 	res.Signature = sig
 	st := &TxState{Nonce: req.Nonce, Status: TxCommitted, Contract: req.ContractID, Result: result, Writes: writes,
 		Input: s.input, Signature: sig}
-	if err := s.tx.Put(s.ctx, s.l.txStatePut(st)); err != nil {
+	if err := s.tx.Put(s.ctx, s.req.statePut(st)); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -369,10 +394,10 @@ func (l *Ledger) Proof(ctx context.Context, id string, age int64) (*Proof, error
 
 // VerifyProof checks the ledger's signature on p.
 func (l *Ledger) VerifyProof(p *Proof) error {
-	return l.cfg.ProofVerifier.Verify(p.SigningBytes(), p.Signature)
+	return Verify(l.cfg.ProofVerifier, p, p.Signature)
 }
 
 // VerifyReceipt checks the ledger's signature on r.
 func (l *Ledger) VerifyReceipt(r *Receipt) error {
-	return l.cfg.ProofVerifier.Verify(r.SigningBytes(), r.Signature)
+	return Verify(l.cfg.ProofVerifier, r, r.Signature)
 }

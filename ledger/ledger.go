@@ -49,6 +49,8 @@ type Ledger struct {
 	// is IfNotExists), so positive lookups are cached for good.
 	verifiers sync.Map // identityKey → auth.Verifier
 	contracts sync.Map // contract id → Contract
+
+	stores sync.Pool // spent *txStore, for reuse
 }
 
 type identityKey struct {
@@ -218,7 +220,7 @@ func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration
 	if err != nil {
 		return err
 	}
-	if err := v.Verify(reg.SigningBytes(), reg.Signature); err != nil {
+	if err := Verify(v, reg, reg.Signature); err != nil {
 		return err
 	}
 	if _, err := compileStarlark(reg.ID, reg.Source); err != nil {
@@ -376,26 +378,4 @@ func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {
 
 func (l *Ledger) txStateGet(nonce string) *storage.Get {
 	return &storage.Get{Namespace: l.ns, Table: tTxStates, Partition: storage.Values{"nonce": storage.Text(nonce)}}
-}
-
-// txStatePut records st, on condition that the nonce has no state yet:
-// this is what refuses a reused nonce, in the transaction that executed
-// it, so nothing that transaction wrote commits. The condition is
-// Deferred: on PostgreSQL the INSERT then goes with COMMIT, where reading
-// the nonce first cost a round trip of its own. A replay so runs its
-// contract before it is refused; an honest client replays only a request
-// whose reply it lost.
-func (l *Ledger) txStatePut(st *TxState) *storage.Put {
-	enc := func(m map[string]int64) storage.Value {
-		if m == nil {
-			return storage.Text("")
-		}
-		return storage.Text(string(ageMapJSON(m)))
-	}
-	return &storage.Put{Namespace: l.ns, Table: tTxStates,
-		Partition: storage.Values{"nonce": storage.Text(st.Nonce)},
-		Values: storage.Values{"state": storage.Text(string(st.Status)), "kind": storage.Text(st.Kind), "reason": storage.Text(st.Reason),
-			"contract": storage.Text(st.Contract), "result": storage.Text(string(st.Result)), "writes": enc(st.Writes),
-			"input": enc(st.Input), "signature": storage.Blob(st.Signature)},
-		Condition: storage.IfNotExists(), Deferred: true}
 }

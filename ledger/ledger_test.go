@@ -214,7 +214,7 @@ func TestExecuteChainsAndValidates(t *testing.T) {
 // TestBadInputWritesNothing sends every kind of bad request the issue
 // names and checks the typed error, that no asset changed, and what was
 // recorded for the nonce, on both backends (a reused nonce is refused at
-// commit on PostgreSQL, txStatePut).
+// commit on PostgreSQL, requests.statePut).
 func TestBadInputWritesNothing(t *testing.T) { backends(t, testBadInputWritesNothing) }
 
 func testBadInputWritesNothing(t *testing.T, b storage.Backend) {
@@ -512,7 +512,7 @@ func (f *fixture) resign(v *Version) {
 
 func (f *fixture) store(v *Version) {
 	f.t.Helper()
-	if err := f.b.Put(context.Background(), f.l.versionPut(v)); err != nil {
+	if err := f.b.Put(context.Background(), newRequests(f.l.ns).versionPut(v)); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -24,13 +24,16 @@ const maxSignatureLen = 512
 
 // SigningBytes returns the bytes the client signs (FORMAT.md).
 func (r *Request) SigningBytes() []byte {
-	e := newEnc(tagRequest, len(r.Nonce)+len(r.ContractID)+len(r.Argument)+len(r.Entity)+32)
+	return encoding(r, len(r.Nonce)+len(r.ContractID)+len(r.Argument)+len(r.Entity)+64)
+}
+
+func (r *Request) encode(e *enc) {
+	e.str(tagRequest)
 	e.str(r.Nonce)
 	e.str(r.ContractID)
 	e.bytes(r.Argument)
 	e.str(r.Entity)
 	e.u32(r.KeyVersion)
-	return e.b
 }
 
 // check validates the fields that need no lookup.
@@ -79,10 +82,13 @@ type ContractRegistration struct {
 
 // SigningBytes returns the bytes the client signs (FORMAT.md).
 func (c *ContractRegistration) SigningBytes() []byte {
-	e := newEnc(tagContract, len(c.ID)+len(c.Source)+len(c.Entity)+24)
+	return encoding(c, len(c.ID)+len(c.Source)+len(c.Entity)+48)
+}
+
+func (c *ContractRegistration) encode(e *enc) {
+	e.str(tagContract)
 	e.str(c.ID)
 	e.bytes(c.Source)
 	e.str(c.Entity)
 	e.u32(c.KeyVersion)
-	return e.b
 }

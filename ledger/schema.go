@@ -92,20 +92,84 @@ func ensureSchema(ctx context.Context, b storage.Backend, ns string) error {
 	return nil
 }
 
-// versionRow and rowVersion convert between a Version and its assets row.
-func (l *Ledger) versionPut(v *Version) *storage.Put {
-	input := ageMapJSON(v.Input)
-	return &storage.Put{Namespace: l.ns, Table: tAssets,
-		Partition:  storage.Values{"id": storage.Text(v.ID)},
-		Clustering: storage.Values{"age": storage.BigInt(v.Age)},
-		Values: storage.Values{
-			"input": storage.Text(string(input)), "output": storage.Text(string(v.Output)),
-			"contract": storage.Text(v.Contract), "argument": storage.Blob(v.Argument),
-			"nonce": storage.Text(v.Nonce), "entity": storage.Text(v.Entity),
-			"key_version": storage.BigInt(int64(v.KeyVersion)), "signature": storage.Blob(v.Signature),
-			"prev_hash": storage.Blob(v.PrevHash), "hash": storage.Blob(v.Hash), "proof_sig": storage.Blob(v.ProofSignature),
-		},
+// requests are an execution attempt's storage requests, refilled for each
+// call: a backend keeps no reference to a request once the call returns
+// (package storage), and building a map per request, ten an execute, was a
+// third of what an execute allocated. Every call sets all of a request's
+// keys, so nothing of the previous one is left.
+type requests struct {
+	headGet storage.Get // the heads row of an asset
+	version storage.Put // an asset version
+	head    storage.Put // the heads row of an asset
+	state   storage.Put // a transaction's state
+	buf     []byte      // scratch for an age map's JSON
+}
+
+func newRequests(ns string) *requests {
+	id := func() storage.Values { return make(storage.Values, 1) }
+	return &requests{
+		headGet: storage.Get{Namespace: ns, Table: tHeads, Partition: id()},
+		version: storage.Put{Namespace: ns, Table: tAssets, Partition: id(), Clustering: make(storage.Values, 1), Values: make(storage.Values, 11)},
+		head:    storage.Put{Namespace: ns, Table: tHeads, Partition: id(), Values: make(storage.Values, 3)},
+		// The state's condition is what refuses a reused nonce (statePut).
+		state: storage.Put{Namespace: ns, Table: tTxStates, Partition: make(storage.Values, 1), Values: make(storage.Values, 8),
+			Condition: storage.IfNotExists(), Deferred: true},
 	}
+}
+
+// ageMap returns m's JSON (AppendAgeMapJSON) as TEXT; "" for a nil m.
+func (r *requests) ageMap(m map[string]int64) storage.Value {
+	if m == nil {
+		return storage.Text("")
+	}
+	r.buf = AppendAgeMapJSON(r.buf[:0], m)
+	return storage.Text(string(r.buf))
+}
+
+// headOf is the Get of asset id's heads row.
+func (r *requests) headOf(id string) *storage.Get {
+	r.headGet.Partition["id"] = storage.Text(id)
+	return &r.headGet
+}
+
+// versionPut is the Put of v's assets row.
+func (r *requests) versionPut(v *Version) *storage.Put {
+	p := &r.version
+	p.Partition["id"] = storage.Text(v.ID)
+	p.Clustering["age"] = storage.BigInt(v.Age)
+	vs := p.Values
+	vs["input"], vs["output"] = r.ageMap(v.Input), storage.Text(string(v.Output))
+	vs["contract"], vs["argument"] = storage.Text(v.Contract), storage.Blob(v.Argument)
+	vs["nonce"], vs["entity"] = storage.Text(v.Nonce), storage.Text(v.Entity)
+	vs["key_version"], vs["signature"] = storage.BigInt(int64(v.KeyVersion)), storage.Blob(v.Signature)
+	vs["prev_hash"], vs["hash"], vs["proof_sig"] = storage.Blob(v.PrevHash), storage.Blob(v.Hash), storage.Blob(v.ProofSignature)
+	return p
+}
+
+// headPut is the Put of v's heads row, which makes it its asset's latest
+// version.
+func (r *requests) headPut(v *Version) *storage.Put {
+	p := &r.head
+	p.Partition["id"] = storage.Text(v.ID)
+	p.Values["age"], p.Values["hash"], p.Values["output"] = storage.BigInt(v.Age), storage.Blob(v.Hash), storage.Text(string(v.Output))
+	return p
+}
+
+// statePut records st, on condition that the nonce has no state yet:
+// this is what refuses a reused nonce, in the transaction that executed
+// it, so nothing that transaction wrote commits. The condition is
+// Deferred: on PostgreSQL the INSERT then goes with COMMIT, where reading
+// the nonce first cost a round trip of its own. A replay so runs its
+// contract before it is refused; an honest client replays only a request
+// whose reply it lost.
+func (r *requests) statePut(st *TxState) *storage.Put {
+	p := &r.state
+	p.Partition["nonce"] = storage.Text(st.Nonce)
+	vs := p.Values
+	vs["state"], vs["kind"], vs["reason"] = storage.Text(string(st.Status)), storage.Text(st.Kind), storage.Text(st.Reason)
+	vs["contract"], vs["result"] = storage.Text(st.Contract), storage.Text(string(st.Result))
+	vs["writes"], vs["input"], vs["signature"] = r.ageMap(st.Writes), r.ageMap(st.Input), storage.Blob(st.Signature)
+	return p
 }
 
 // rowReader reads the typed columns of a stored row. Storage enforces

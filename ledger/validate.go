@@ -138,7 +138,7 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) 
 	if err != nil {
 		return "", "", err
 	}
-	if err := verifier.Verify(req.SigningBytes(), req.Signature); err != nil {
+	if err := Verify(verifier, req, req.Signature); err != nil {
 		return CheckClientSignature, err.Error(), nil
 	}
 	// The transaction state names one age per asset, so a nonce that wrote

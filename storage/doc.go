@@ -49,8 +49,12 @@
 // name — gets an *Error whose Kind is the matching sentinel (errors.Is(err,
 // storage.ErrTypeMismatch)), and nothing is written.
 //
-// Backends only read a request (a Get, Put, Scan and their maps): a caller
-// may build one once and reuse it, also from concurrent goroutines.
+// Backends only read a request (a Get, Put, Scan and their maps), and keep
+// no reference to it once the call returns, except that a Scan's Rows may
+// read its Projection until they are closed; a returned Row shares no map
+// with the request. A caller may build a request once and reuse it, also
+// from concurrent goroutines, or refill the same request and maps for each
+// call.
 //
 // # Limits
 //

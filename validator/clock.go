@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kiroku-db/kiroku/storage"
@@ -58,6 +59,16 @@ type Clock struct {
 	// built once, as backends only read a request.
 	scan  *storage.Scan
 	slots []storage.Values
+	// raises holds spent *raise, for reuse: a backend keeps no reference
+	// to a request once the call returns.
+	raises sync.Pool
+}
+
+// raise is End's conditional write of one counter.
+type raise struct {
+	put  storage.Put
+	cond storage.Condition
+	expr [1]storage.Expr
 }
 
 func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
@@ -105,10 +116,15 @@ func (c *Clock) End(ctx context.Context) (int64, error) {
 	}
 	t := latest + 1
 	slot := c.next.Add(1) % uint64(c.cfg.Counters)
-	put := &storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition,
-		Clustering: c.slots[slot], Values: storage.Values{"value": storage.BigInt(t)},
-		Condition: storage.If(storage.Lt("value", storage.BigInt(t)))}
-	err = retry(ctx, func() error { return c.db.Put(ctx, put) })
+	r, ok := c.raises.Get().(*raise)
+	if !ok {
+		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1)},
+			cond: storage.Condition{Kind: storage.CondIf}}
+		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
+	}
+	r.put.Clustering, r.put.Values["value"], r.expr[0] = c.slots[slot], storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+	err = retry(ctx, func() error { return c.db.Put(ctx, &r.put) })
+	c.raises.Put(r)
 	// ErrConditionNotMet: another caller already raised the counter past
 	// t, which a scan will see as well.
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {

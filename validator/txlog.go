@@ -71,24 +71,68 @@ func encMap(m map[string]int64) storage.Value {
 	return storage.Text(jsonText(0, func(b []byte) []byte { return appendIDAges(b, m) })) // it sizes the buffer
 }
 
-// requestValues are the columns logged before the request is sent.
-func requestValues(t *Tx) storage.Values {
-	r := &t.Request
-	return storage.Values{"contract": storage.Text(r.ContractID), "argument": storage.Blob(r.Argument),
-		"entity": storage.Text(r.Entity), "key_version": storage.BigInt(int64(r.KeyVersion)), "signature": storage.Blob(r.Signature),
-		"begin_clock": storage.BigInt(t.Begin), "logged_at": storage.BigInt(t.LoggedAt), "status": storage.Text(string(StatusInDoubt)),
-		"validated": storage.BigInt(0)}
+// logRequests are the requests that log one transaction, refilled for
+// each: a backend keeps no reference to a request once the call returns
+// (package storage), and a map per request was a third of what logging
+// allocated. The Validator keeps spent ones for reuse (Validator.logs).
+type logRequests struct {
+	request, pending, outcome storage.Put
 }
 
-// outcomeValues are the columns logged when the outcome is known.
-func outcomeValues(t *Tx) storage.Values {
-	v := storage.Values{"end_clock": storage.BigInt(t.End), "status": storage.Text(string(t.Status)), "reason": storage.Text(t.Reason)}
-	if t.Status == StatusCommitted {
-		v["input"], v["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
-		v["result"], v["receipt_sig"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature)
-		v["proofs"] = storage.Text(jsonText(proofsSize(t.Proofs), func(b []byte) []byte { return appendProofs(b, t.Proofs) }))
+// Conditions are only read by backends, so one of each serves every call.
+var (
+	notLogged   = storage.IfNotExists()
+	notStamped  = storage.If(storage.IsNull("end_clock"))
+	outcomeCols = []string{"input", "writes", "result", "receipt_sig", "proofs"}
+)
+
+func newLogRequests(ns string) *logRequests {
+	nonce := func() storage.Values { return make(storage.Values, 1) }
+	return &logRequests{
+		request: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 9), Condition: notLogged},
+		pending: storage.Put{Namespace: ns, Table: tPending, Partition: make(storage.Values, 1), Clustering: nonce(), Values: make(storage.Values, 1)},
+		outcome: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 8), Condition: notStamped},
 	}
-	return v
+}
+
+// requestPut logs t's request, on condition that its nonce is not logged
+// yet; pendingPut lists it as pending, under its begin clock.
+func (lr *logRequests) requestPut(t *Tx) *storage.Put {
+	p, r := &lr.request, &t.Request
+	p.Partition["nonce"] = storage.Text(r.Nonce)
+	vs := p.Values
+	vs["contract"], vs["argument"] = storage.Text(r.ContractID), storage.Blob(r.Argument)
+	vs["entity"], vs["key_version"], vs["signature"] = storage.Text(r.Entity), storage.BigInt(int64(r.KeyVersion)), storage.Blob(r.Signature)
+	vs["begin_clock"], vs["logged_at"] = storage.BigInt(t.Begin), storage.BigInt(t.LoggedAt)
+	vs["status"], vs["validated"] = storage.Text(string(StatusInDoubt)), storage.BigInt(0)
+	return p
+}
+
+func (lr *logRequests) pendingPut(t *Tx) *storage.Put {
+	p := &lr.pending
+	p.Partition["bucket"] = storage.BigInt(pendingBucket(t.Request.Nonce))
+	p.Clustering["nonce"] = storage.Text(t.Request.Nonce)
+	p.Values["begin_clock"] = storage.BigInt(t.Begin)
+	return p
+}
+
+// outcomePut stamps t's end clock and outcome, on condition that no other
+// process (Recover) stamped it first.
+func (lr *logRequests) outcomePut(t *Tx) *storage.Put {
+	p := &lr.outcome
+	p.Partition["nonce"] = storage.Text(t.Request.Nonce)
+	vs := p.Values
+	vs["end_clock"], vs["status"], vs["reason"] = storage.BigInt(t.End), storage.Text(string(t.Status)), storage.Text(t.Reason)
+	if t.Status != StatusCommitted {
+		for _, c := range outcomeCols {
+			delete(vs, c) // set by a committed transaction logged before
+		}
+		return p
+	}
+	vs["input"], vs["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
+	vs["result"], vs["receipt_sig"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature)
+	vs["proofs"] = storage.Text(jsonText(proofsSize(t.Proofs), func(b []byte) []byte { return appendProofs(b, t.Proofs) }))
+	return p
 }
 
 // rowTx decodes a txs row.

@@ -293,7 +293,7 @@ func (r *run) signatureFault(t *Tx) string {
 	if rc.Nonce != t.Request.Nonce || rc.Contract != t.Request.ContractID {
 		return fmt.Sprintf("the receipt is for %s/%s, the request was %s/%s", rc.Nonce, rc.Contract, t.Request.Nonce, t.Request.ContractID)
 	}
-	if err := r.v.key.Verify(rc.SigningBytes(), rc.Signature); err != nil {
+	if err := ledger.Verify(r.v.key, rc, rc.Signature); err != nil {
 		return "receipt: " + err.Error()
 	}
 	if len(t.Proofs) != len(rc.Writes) {
@@ -304,7 +304,7 @@ func (r *run) signatureFault(t *Tx) string {
 		if a, ok := rc.Writes[p.ID]; !ok || a != p.Age || p.Nonce != rc.Nonce || !maps.Equal(p.Input, rc.Input) {
 			return fmt.Sprintf("the proof of %s@%d does not match the receipt", p.ID, p.Age)
 		}
-		if err := r.v.key.Verify(p.SigningBytes(), p.Signature); err != nil {
+		if err := ledger.Verify(r.v.key, p, p.Signature); err != nil {
 			return fmt.Sprintf("proof of %s@%d: %v", p.ID, p.Age, err)
 		}
 	}

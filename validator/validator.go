@@ -107,7 +107,8 @@ type Validator struct {
 	// unsynced view if it has one (see doc.go, "Durability of the log").
 	outcomes storage.Store
 
-	contracts sync.Map // contract id → ledger.Contract
+	contracts sync.Map  // contract id → ledger.Contract
+	logs      sync.Pool // spent *logRequests, for reuse
 }
 
 // Open opens the Validator database (creating its tables) and pins the
@@ -229,16 +230,23 @@ func definitive(err error) bool {
 	return ledger.Kind(err) != "" && !errors.Is(err, ledger.ErrNonceReused) && !errors.Is(err, ledger.ErrNotFound)
 }
 
+// logRequests returns requests to log a transaction with, spent ones if
+// there are; put them back in v.logs once done.
+func (v *Validator) logRequests() *logRequests {
+	if lr, ok := v.logs.Get().(*logRequests); ok {
+		return lr
+	}
+	return newLogRequests(v.ns)
+}
+
 func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
-	n := storage.Text(t.Request.Nonce)
+	lr := v.logRequests()
+	defer v.logs.Put(lr)
 	err := storage.Update(ctx, v.db, func(tx storage.Txn) error {
-		if err := tx.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": n},
-			Values: requestValues(t), Condition: storage.IfNotExists()}); err != nil {
+		if err := tx.Put(ctx, lr.requestPut(t)); err != nil {
 			return err
 		}
-		return tx.Put(ctx, &storage.Put{Namespace: v.ns, Table: tPending,
-			Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))}, Clustering: storage.Values{"nonce": n},
-			Values: storage.Values{"begin_clock": storage.BigInt(t.Begin)}})
+		return tx.Put(ctx, lr.pendingPut(t))
 	})
 	if errors.Is(err, storage.ErrConditionNotMet) {
 		return fmt.Errorf("%w: nonce %s is already logged", ledger.ErrNonceReused, t.Request.Nonce)
@@ -257,9 +265,9 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
 	}
 	t.End = end
-	row := storage.Values{"nonce": storage.Text(t.Request.Nonce)}
-	err = v.outcomes.Put(ctx, &storage.Put{Namespace: v.ns, Table: tTxs, Partition: row,
-		Values: outcomeValues(t), Condition: storage.If(storage.IsNull("end_clock"))})
+	lr := v.logRequests()
+	err = v.outcomes.Put(ctx, lr.outcomePut(t))
+	v.logs.Put(lr)
 	if !errors.Is(err, storage.ErrConditionNotMet) {
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
@@ -269,7 +277,8 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	// Recover stamped it first. That is fine if it found the same outcome;
 	// if it gave up on the transaction (the timeout) and the reply says
 	// otherwise, the log contradicts what the caller is told.
-	got, _, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: row, Projection: []string{"status"}})
+	got, _, err := v.db.Get(ctx, &storage.Get{Namespace: v.ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(t.Request.Nonce)},
+		Projection: []string{"status"}})
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrLogIncomplete, t.Request.Nonce, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
 )
 
 const transfer = `
@@ -79,10 +80,37 @@ func TestHonestSmall(t *testing.T) {
 func TestTxRowRoundTripsEmptySets(t *testing.T) {
 	tx := &Tx{Request: ledger.Request{Nonce: "n", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
 		Receipt: ledger.Receipt{Result: []byte("0")}}
-	row := requestValues(tx)
-	maps.Copy(row, outcomeValues(tx))
+	lr := newLogRequests("ns")
+	row := maps.Clone(lr.requestPut(tx).Values)
+	maps.Copy(row, lr.outcomePut(tx).Values)
 	got, err := rowTx("n", row)
 	if err != nil || got.Status != StatusCommitted || len(got.Receipt.Input) != 0 || got.End != 2 {
 		t.Fatalf("decoded %+v, %v", got, err)
+	}
+}
+
+// TestLogRequestsRefilled: requests reused for another transaction carry
+// nothing of the one before — an abort logged after a commit leaves the
+// committed columns alone (NULL), rather than writing the commit's.
+func TestLogRequestsRefilled(t *testing.T) {
+	lr := newLogRequests("ns")
+	committed := &Tx{Request: ledger.Request{Nonce: "a", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
+		Receipt: ledger.Receipt{Input: map[string]int64{"x": 1}, Writes: map[string]int64{"x": 2}, Result: []byte("0"), Signature: []byte("s")},
+		Proofs:  []ledger.Proof{{ID: "x", Age: 2}}}
+	aborted := &Tx{Request: ledger.Request{Nonce: "b", ContractID: "c"}, Begin: 3, End: 4, Status: StatusAborted, Reason: "no"}
+	lr.outcomePut(committed)
+	p := lr.outcomePut(aborted)
+	want := (&logRequests{outcome: storage.Put{Partition: storage.Values{}, Values: storage.Values{}}}).outcomePut(aborted)
+	if !maps.EqualFunc(p.Values, want.Values, storage.Value.Equal) || !maps.EqualFunc(p.Partition, want.Partition, storage.Value.Equal) {
+		t.Fatalf("refilled outcome %v %v, want %v %v", p.Partition, p.Values, want.Partition, want.Values)
+	}
+	lr.requestPut(committed)
+	lr.pendingPut(committed)
+	if r := lr.requestPut(aborted); r.Partition["nonce"].AsText() != "b" || r.Values["begin_clock"].AsBigInt() != 3 {
+		t.Fatalf("refilled request %v %v", r.Partition, r.Values)
+	}
+	if r := lr.pendingPut(aborted); r.Clustering["nonce"].AsText() != "b" || r.Values["begin_clock"].AsBigInt() != 3 ||
+		r.Partition["bucket"].AsBigInt() != pendingBucket("b") {
+		t.Fatalf("refilled pending %v %v %v", r.Partition, r.Clustering, r.Values)
 	}
 }

@@ -81,7 +81,7 @@ func (b *Backend) runWrite(ctx context.Context, q querier, autocommit bool, w wr
 	if err != nil {
 		return b.mapErr(w.op, w.t, err, autocommit)
 	}
-	if w.cond != nil && tag.RowsAffected() == 0 {
+	if w.conditional && tag.RowsAffected() == 0 {
 		return condFailed(w.op, w.t, "")
 	}
 	return nil
@@ -89,22 +89,25 @@ func (b *Backend) runWrite(ctx context.Context, q querier, autocommit bool, w wr
 
 // writeStmt is the statement of one Put or Delete on table t.
 type writeStmt struct {
-	op       string // "put" or "delete"
-	t        *relTable
-	sql      string
-	args     []any
-	cond     *storage.Condition
-	deferred bool // a transaction's Deferred put: a plain INSERT, queued
+	op   string // "put" or "delete"
+	t    *relTable
+	sql  string
+	args []any
+	// conditional: the write has a condition, which failed if it changed
+	// no row. (A queued write keeps no part of its request: the caller may
+	// reuse it once the call returns.)
+	conditional bool
+	deferred    bool // a transaction's Deferred put: a plain INSERT, queued
 }
 
 func writeSQL(t *relTable, m storage.Mutation) writeStmt {
 	w := writeStmt{t: t}
 	switch m := m.(type) {
 	case *storage.Put:
-		w.op, w.cond = "put", m.Condition
+		w.op, w.conditional = "put", m.Condition != nil
 		w.sql, w.args = putSQL(t, m)
 	case *storage.Delete:
-		w.op, w.cond = "delete", m.Condition
+		w.op, w.conditional = "delete", m.Condition != nil
 		w.sql, w.args = deleteSQL(t, m)
 	default:
 		panic(fmt.Sprintf("postgres: mutation %T", m))
@@ -534,12 +537,12 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	}
 	var w writeStmt
 	if p, ok := m.(*storage.Put); ok && p.Deferred {
-		w = writeStmt{op: "put", t: t, cond: p.Condition, deferred: true}
+		w = writeStmt{op: "put", t: t, conditional: true, deferred: true}
 		w.sql, w.args = deferredSQL(t, p)
 	} else {
 		w = writeSQL(t, m)
 	}
-	if w.cond == nil || w.deferred {
+	if !w.conditional || w.deferred {
 		x.queued = append(x.queued, w)
 		return nil
 	}

@@ -685,3 +685,108 @@ func testSharedRequests(t *testing.T, open Opener) {
 		t.Errorf("the conditional put left n = %v, want 5", row["n"])
 	}
 }
+
+// testReusedRequests: a backend keeps no reference to a request once the
+// call returns, so a caller may refill the same request and maps for its
+// next call (the ledger does, per transaction attempt). Every call below
+// is followed by refilling its request for another row; what each call
+// wrote, and the rows it returned, must be what it was given when made.
+func testReusedRequests(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	tb := e.table("reused", cols(col("p", storage.TypeText)), []storage.ClusteringColumn{ccol("c", storage.TypeBigInt, storage.Asc)},
+		cols(col("v", storage.TypeText), col("n", storage.TypeBigInt)))
+	part, clus, vals := V{}, V{}, V{}
+	fill := func(p string, c int64) {
+		part["p"], clus["c"] = txt(p), i64(c)
+		vals["v"], vals["n"] = txt(fmt.Sprintf("%s/%d", p, c)), i64(c*10)
+	}
+	want := func(p string, c int64) V {
+		return V{"p": txt(p), "c": i64(c), "v": txt(fmt.Sprintf("%s/%d", p, c)), "n": i64(c * 10)}
+	}
+	put := &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: part, Clustering: clus, Values: vals}
+	get := &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: part, Clustering: clus}
+	scan := &storage.Scan{Namespace: e.ns, Table: tb.Name, Partition: part, Start: &storage.Bound{Key: V{"c": i64(0)}, Inclusive: true}}
+
+	// Outside a transaction: puts, then a get and a scan whose results are
+	// checked after the request is refilled.
+	for c := range int64(3) {
+		fill("a", c)
+		e.ok(e.db.Put(e.ctx, put))
+	}
+	fill("a", 1)
+	row, ok, err := e.db.Get(e.ctx, get)
+	e.ok(err)
+	fill("a", 2)
+	if !ok {
+		t.Fatal("get a/1: no row")
+	}
+	e.rowEq(row, want("a", 1))
+	fill("a", 0)
+	scan.Start.Key["c"] = i64(1)
+	rows, err := e.db.Scan(e.ctx, scan)
+	e.ok(err)
+	fill("b", 0)
+	scan.Start.Key["c"] = i64(0)
+	got, err := storage.CollectRows(rows)
+	e.ok(err)
+	if len(got) != 2 {
+		t.Fatalf("scan a from 1: %d rows, want 2", len(got))
+	}
+	e.rowEq(got[0], want("a", 1))
+	e.rowEq(got[1], want("a", 2))
+
+	// In a transaction: puts (one of them Deferred) and reads, each
+	// request refilled for the next call before the transaction ends.
+	e.ok(storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+		for c := range int64(2) {
+			fill("b", c)
+			if err := tx.Put(e.ctx, put); err != nil {
+				return err
+			}
+		}
+		fill("b", 2)
+		put.Condition, put.Deferred = storage.IfNotExists(), true
+		err := tx.Put(e.ctx, put)
+		put.Condition, put.Deferred = nil, false
+		if err != nil {
+			return err
+		}
+		fill("b", 0)
+		row, ok, err := tx.Get(e.ctx, get)
+		if err != nil {
+			return err
+		}
+		fill("a", 9)
+		if !ok {
+			return fmt.Errorf("get b/0 in the transaction: no row")
+		}
+		e.rowEq(row, want("b", 0))
+		fill("b", 0)
+		rows, err := tx.Scan(e.ctx, scan)
+		if err != nil {
+			return err
+		}
+		fill("a", 9)
+		got, err := storage.CollectRows(rows)
+		if err != nil {
+			return err
+		}
+		if len(got) != 3 {
+			return fmt.Errorf("scan b in the transaction: %d rows, want 3", len(got))
+		}
+		fill("c", 5) // refilled again before Commit
+		return nil
+	}))
+	for _, p := range []string{"a", "b"} {
+		got := e.scan(&storage.Scan{Namespace: e.ns, Table: tb.Name, Partition: V{"p": txt(p)}})
+		if len(got) != 3 {
+			t.Fatalf("partition %s: %d rows, want 3", p, len(got))
+		}
+		for c, r := range got {
+			e.rowEq(r, want(p, int64(c)))
+		}
+	}
+	if _, ok := e.get(tb, V{"p": txt("c")}, V{"c": i64(5)}); ok {
+		t.Fatal("a row from a refill that was never sent was written")
+	}
+}

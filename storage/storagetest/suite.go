@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("Phantom", func(t *testing.T) { testPhantom(t, open) })
 	t.Run("History", func(t *testing.T) { testHistory(t, open) })
 	t.Run("SharedRequests", func(t *testing.T) { testSharedRequests(t, open) })
+	t.Run("ReusedRequests", func(t *testing.T) { testReusedRequests(t, open) })
 }
 
 // V is shorthand for storage.Values in the tests.
