@@ -122,8 +122,10 @@ func (l *Ledger) store() *txStore {
 	return &txStore{l: l, heads: map[string]head{}, writes: map[string][]byte{}, req: newRequests(l.ns)}
 }
 
-// begin readies s for an attempt in tx; end drops what the attempt read
-// and wrote, so a spent store holds nothing of it.
+// begin readies s for an attempt in tx; end drops the heads it read and
+// the values it wrote, so the next attempt starts from nothing. (Its
+// requests keep their last values until refilled; every call sets all of
+// a request's columns.)
 func (s *txStore) begin(ctx context.Context, tx storage.Txn) {
 	s.ctx, s.tx, s.input = ctx, tx, map[string]int64{}
 }

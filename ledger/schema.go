@@ -226,6 +226,8 @@ func (rr *rowReader) ages(col string) map[string]int64 {
 	return m
 }
 
+// rowVersion reads the version of asset id from its assets row, as
+// requests.versionPut wrote it.
 func rowVersion(id string, r storage.Row) (*Version, error) {
 	rr := &rowReader{what: "asset " + id, r: r}
 	v := &Version{ID: id, Age: rr.bigint("age"), Output: []byte(rr.text("output")), Contract: rr.text("contract"),
