@@ -81,9 +81,8 @@ type logRequests struct {
 
 // Conditions are only read by backends, so one of each serves every call.
 var (
-	notLogged   = storage.IfNotExists()
-	notStamped  = storage.If(storage.IsNull("end_clock"))
-	outcomeCols = []string{"input", "writes", "result", "receipt_sig", "proofs"}
+	notLogged  = storage.IfNotExists()
+	notStamped = storage.If(storage.IsNull("end_clock"))
 )
 
 func newLogRequests(ns string) *logRequests {
@@ -122,11 +121,9 @@ func (lr *logRequests) outcomePut(t *Tx) *storage.Put {
 	p := &lr.outcome
 	p.Partition["nonce"] = storage.Text(t.Request.Nonce)
 	vs := p.Values
+	clear(vs) // an abort sets fewer columns than a commit logged before
 	vs["end_clock"], vs["status"], vs["reason"] = storage.BigInt(t.End), storage.Text(string(t.Status)), storage.Text(t.Reason)
 	if t.Status != StatusCommitted {
-		for _, c := range outcomeCols {
-			delete(vs, c) // set by a committed transaction logged before
-		}
 		return p
 	}
 	vs["input"], vs["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
