@@ -215,6 +215,7 @@ type scanRows struct {
 	tb    *table
 	pkeys []storage.Value
 	rows  []scanned
+	spare *[]scanned // what rows came in from scannedPool, for Close
 	proj  []string
 	i     int
 	row   storage.Row // rows[i]'s, once built
@@ -253,8 +254,39 @@ func (r *scanRows) Column(name string) (storage.Value, bool) {
 	return storage.Value{}, false
 }
 
-func (r *scanRows) Err() error   { return nil }
-func (r *scanRows) Close() error { r.i, r.row = len(r.rows), nil; return nil }
+func (r *scanRows) Err() error { return nil }
+
+// Close hands the rows' room on to later scans. A second Close finds
+// none to hand on, so closing twice is safe.
+func (r *scanRows) Close() error {
+	if cap(r.rows) > 0 && cap(r.rows) <= maxSpareScanned {
+		clear(r.rows[:cap(r.rows)]) // the keys and columns, a limit's cut-off rows too
+		if r.spare == nil {
+			r.spare = new([]scanned)
+		}
+		*r.spare = r.rows[:0]
+		scannedPool.Put(r.spare)
+	}
+	r.rows, r.spare, r.i, r.row = nil, nil, 0, nil
+	return nil
+}
+
+// scannedPool holds room for scanned rows (*[]scanned), handed on by
+// scanRows.Close: short scans, such as the Validator's clock, are most of
+// a scan's allocation otherwise. Room for more than maxSpareScanned rows
+// is left to the collector.
+var scannedPool sync.Pool
+
+const maxSpareScanned = 256
+
+// spareScanned returns room handed on by a Close, if there is any, and
+// the pointer it came in for the next Close to reuse.
+func spareScanned() ([]scanned, *[]scanned) {
+	if p, ok := scannedPool.Get().(*[]scanned); ok {
+		return *p, p
+	}
+	return nil, nil
+}
 
 func (t *Txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	tb, err := t.table("scan", s.Namespace, s.Table)
@@ -275,11 +307,13 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 	}
 	desc := s.Order == storage.Desc
 	var rows []scanned
+	var spare *[]scanned
 	p, b, bv := tb.partition(tb.hash(pk), pk)
 	if p == nil {
 		x.nodes = append(x.nodes, nodeEntry{b, bv})
 	} else {
-		rows = x.scanCommitted(p, lo, hi, desc, x.scanWant(tb, pk, lo, hi, s.Limit))
+		rows, spare = spareScanned()
+		rows = x.scanCommitted(p, lo, hi, desc, x.scanWant(tb, pk, lo, hi, s.Limit), rows)
 	}
 	// Overlay this transaction's own writes to the partition.
 	own := false
@@ -336,7 +370,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 			}
 		}
 	}
-	return &scanRows{tb: tb, pkeys: pkeys, rows: rows, proj: s.Projection, i: -1}, nil
+	return &scanRows{tb: tb, pkeys: pkeys, rows: rows, spare: spare, proj: s.Projection, i: -1}, nil
 }
 
 // scanWant is how many committed rows a scan of [lo, hi) with limit must
@@ -362,18 +396,16 @@ func (x *tx) scanWant(tb *table, pk, lo, hi string, limit int) int {
 // chunks, since records of deleted rows (absent) take a place in the tree
 // and count for nothing; each chunk's partition version is validated at
 // commit like any structure read.
-func (x *tx) scanCommitted(p *partition, lo, hi string, desc bool, want int) []scanned {
-	var rows []scanned
+func (x *tx) scanCommitted(p *partition, lo, hi string, desc bool, want int, rows []scanned) []scanned {
 	for {
 		n := 0
 		if want > 0 {
 			n = want - len(rows)
 		}
-		recs, pv := p.rangeRecords(lo, hi, desc, n)
+		recs, pv := p.rangeRecords(lo, hi, desc, n, x.recs[:0])
+		x.recs = recs
 		x.nodes = append(x.nodes, nodeEntry{&p.ver, pv})
-		if rows == nil {
-			rows = make([]scanned, 0, len(recs))
-		}
+		rows = slices.Grow(rows, len(recs))
 		x.reads = slices.Grow(x.reads, len(recs))
 		for _, r := range recs {
 			tid, rw := r.readStable()
@@ -441,17 +473,22 @@ func (x *tx) applyPut(tb *table, p *storage.Put) error {
 		return err
 	}
 	n := len(tb.schema.Columns)
-	cols := make([]storage.Value, n)
-	set := make([]bool, n)
+	var cols []storage.Value
+	var set []bool
+	if len(p.Values) == n {
+		cols = make([]storage.Value, n) // installed as the row at commit
+	} else {
+		cols, set = x.partial(n)
+	}
 	for name, v := range p.Values {
 		i := tb.valIdx[name]
 		if v.IsNull() {
 			v = storage.NullOf(tb.schema.Columns[i].Type)
 		}
-		cols[i], set[i] = v, true
-	}
-	if len(p.Values) == n {
-		set = nil
+		cols[i] = v
+		if set != nil {
+			set[i] = true
+		}
 	}
 	x.put(tb, pk, ck, nil, cols, set)
 	return nil

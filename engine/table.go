@@ -376,20 +376,15 @@ func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) 
 	return r, true, p.ver.Add(1) - 1
 }
 
-// rangeRecords returns the records with lo ≤ ck < hi ("" hi: no end), in
-// ascending or descending order, at most n of them if n > 0, and the
-// partition version they were read at.
-func (p *partition) rangeRecords(lo, hi string, desc bool, n int) ([]*record, uint64) {
+// rangeRecords appends to out the records with lo ≤ ck < hi ("" hi: no
+// end), in ascending or descending order, at most n of them if n > 0, and
+// returns it with the partition version they were read at.
+func (p *partition) rangeRecords(lo, hi string, desc bool, n int, out []*record) ([]*record, uint64) {
 	if p.cl == nil {
-		return []*record{&p.one}, 0
+		return append(out, &p.one), 0
 	}
 	p.cl.mu.RLock()
 	defer p.cl.mu.RUnlock()
-	room := min(p.cl.tree.Len(), 16) // one allocation for a short range
-	if n > 0 {
-		room = min(room, n)
-	}
-	out := make([]*record, 0, room)
 	visit := func(r *record) bool {
 		out = append(out, r)
 		return n <= 0 || len(out) < n

@@ -22,8 +22,14 @@ type tx struct {
 	widx   map[wkey]int  // index into writes, once there are many
 	order  []*writeEntry // writes in lock order, during commit
 	cand   []*partition  // resolve's candidates, one per write
+	recs   []*record     // a scan's records, while it reads them
 	last   int           // index of the write put touched last
 	pinned *worker       // the worker every commit uses (RawTxn.Pin)
+	// scratch and scratchSet hold the columns of partial Puts, which
+	// commit merges into a new row and never installs: a pooled core
+	// reuses them instead of allocating a full row of columns per Put.
+	scratch    []storage.Value
+	scratchSet []bool
 	// readMax is the largest version read: a read-only transaction is
 	// released once that version's epoch is durable.
 	readMax uint64
@@ -72,7 +78,11 @@ func (x *tx) reset() {
 	// small one.
 	clear(x.writes)
 	clear(x.order)
+	clear(x.scratch) // the values' strings
+	clear(x.recs)
+	x.recs = x.recs[:0]
 	x.reads, x.nodes, x.writes, x.order = x.reads[:0], x.nodes[:0], x.writes[:0], x.order[:0]
+	x.scratch, x.scratchSet = x.scratch[:0], x.scratchSet[:0]
 	x.widx, x.readMax, x.last = nil, 0, 0
 }
 
@@ -176,6 +186,22 @@ func merge(t *table, base *row, cols []storage.Value, set []bool) []storage.Valu
 		}
 	}
 	return out
+}
+
+// partial returns room for a partial Put of n columns, all unset: cols
+// and set stay this transaction's until reset, so the caller must not
+// install cols as a row (merge copies them).
+func (x *tx) partial(n int) (cols []storage.Value, set []bool) {
+	if cap(x.scratch)-len(x.scratch) < n {
+		// Slices handed out before keep the old array; reset clears only
+		// the new one, which is all the next transaction will use.
+		x.scratch = make([]storage.Value, 0, max(2*cap(x.scratch), 4*n))
+		x.scratchSet = make([]bool, 0, cap(x.scratch))
+	}
+	i := len(x.scratch)
+	x.scratch, x.scratchSet = x.scratch[:i+n], x.scratchSet[:i+n]
+	clear(x.scratchSet[i:])
+	return x.scratch[i : i+n : i+n], x.scratchSet[i : i+n : i+n]
 }
 
 // put buffers a write of the set columns (set nil: all columns).
