@@ -79,6 +79,9 @@ func (x *tx) reset() {
 	clear(x.writes)
 	clear(x.order)
 	clear(x.scratch) // the values' strings
+	if cap(x.recs) > maxSpareScanned {
+		x.recs = nil // a long scan's room is not worth keeping
+	}
 	clear(x.recs)
 	x.recs = x.recs[:0]
 	x.reads, x.nodes, x.writes, x.order = x.reads[:0], x.nodes[:0], x.writes[:0], x.order[:0]
