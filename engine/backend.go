@@ -260,7 +260,7 @@ func (r *scanRows) Err() error { return nil }
 // none to hand on, so closing twice is safe.
 func (r *scanRows) Close() error {
 	if cap(r.rows) > 0 && cap(r.rows) <= maxSpareScanned {
-		clear(r.rows[:cap(r.rows)]) // the keys and columns, a limit's cut-off rows too
+		clear(r.rows) // their keys and columns; past them the room is zero
 		if r.spare == nil {
 			r.spare = new([]scanned)
 		}
@@ -354,6 +354,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 		})
 	}
 	if s.Limit > 0 && len(rows) > s.Limit {
+		clear(rows[s.Limit:]) // Close clears only the rows it holds
 		rows = rows[:s.Limit]
 	}
 	var pkeys []storage.Value
