@@ -99,10 +99,6 @@ func (c *Config) validate() error {
 	if c.LogSegmentSize == 0 {
 		c.LogSegmentSize = 64 << 20
 	}
-	if c.OpenSink == nil {
-		seg := c.LogSegmentSize
-		c.OpenSink = func(fs vfs.FS, dir string, i int) (LogSink, error) { return openWALSink(fs, dir, i, seg) }
-	}
 	if c.Loggers == 0 {
 		c.Loggers = 1
 	}
@@ -126,6 +122,10 @@ func (c *Config) validate() error {
 	}
 	if c.CheckpointLogSize == 0 {
 		c.CheckpointLogSize = 1 << 30
+	}
+	if c.OpenSink == nil {
+		seg, recycle := c.LogSegmentSize, recycleSegments(c.CheckpointLogSize, c.Loggers, c.LogSegmentSize)
+		c.OpenSink = func(fs vfs.FS, dir string, i int) (LogSink, error) { return openWALSink(fs, dir, i, seg, recycle) }
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}

@@ -121,6 +121,15 @@ type Config struct {
 	// file; Append blocks (backpressure) while it is exceeded. 0 means
 	// 64 MiB; it is raised to hold at least one record of MaxRecordSize.
 	MaxPending int
+	// RecycleSegments is how many segments removed by TruncateFront are
+	// kept, under temporary names, to become later segments: the preparer
+	// overwrites one with zeros instead of creating a file. Overwriting a
+	// file whose pages are cached costs a copy; a new file needs fresh
+	// page-cache pages, which on this project's virtual machines cost about
+	// ten times as much to touch, and its blocks must be allocated. Kept
+	// files hold disk space the log has already used once; they are
+	// removed at the next Open. 0 removes every truncated segment.
+	RecycleSegments int
 	// Logf reports recovery events (a torn tail truncated); nil discards.
 	Logf func(format string, args ...any)
 }

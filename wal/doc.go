@@ -36,7 +36,10 @@
 //     dropped the dirty pages, so a later success would prove nothing.
 //   - Every segment but the last is whole on disk: the old segment is
 //     fsynced before the first byte goes to the next, and a segment is
-//     zero-filled, synced and durably named before it holds a record.
+//     zero-filled, synced and durably named before it holds a record. A
+//     segment TruncateFront removed may be kept and overwritten with zeros
+//     for this (Config.RecycleSegments), which spares fresh page-cache
+//     pages and block allocation.
 //   - Bounded: at most Config.MaxPending bytes wait to be written; Append
 //     blocks (honouring its context) beyond that.
 //   - Two goroutines, the syncer and the segment preparer, both owned by the

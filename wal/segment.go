@@ -207,6 +207,24 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 	return f.Close()
 }
 
+// overwriteZeros overwrites a kept segment file of size bytes with zeros
+// and syncs it. Its size does not change, so its data alone needs syncing.
+func overwriteZeros(fs vfs.FS, path string, size int64) error {
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	if err := writeZeros(f, 0, size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.SyncData(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // writeZeros writes zero bytes over [from, to) of f.
 func writeZeros(f vfs.File, from, to int64) error {
 	zeros := make([]byte, min(max(to-from, 0), 1<<20))

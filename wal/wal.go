@@ -59,6 +59,9 @@ type Stats struct {
 	Writes  uint64 // write calls to segment files
 	Syncs   uint64 // fdatasync calls on segment files
 	Bytes   uint64 // record bytes written
+	// Recycled counts segments made from a file TruncateFront kept
+	// (Config.RecycleSegments) rather than created.
+	Recycled uint64
 }
 
 // round is one write (and, except under Periodic, fsync) of the pending
@@ -110,7 +113,17 @@ type Log struct {
 	prepDone chan struct{}
 	truncReq chan truncRequest
 
-	writes, syncs, bytes atomic.Uint64
+	writes, syncs, bytes, recycledN atomic.Uint64
+
+	// recycled holds the paths of segment files TruncateFront kept for
+	// the preparer, each durably renamed to a temporary name, at most
+	// Config.RecycleSegments.
+	recycleMu sync.Mutex
+	recycled  []string
+	// scanMu is held shared by Scan while it reads segment files, and by
+	// TruncateFront to rename one for reuse: a file the preparer will
+	// overwrite is never one a Scan is reading.
+	scanMu sync.RWMutex
 
 	// truncMu serializes TruncateFront and TruncateAfter: both change the
 	// segment list outside mu while they remove files.
@@ -708,7 +721,8 @@ func (l *Log) fail(err error, r *round, forced []chan error) {
 
 // prepareLoop zero-fills the next segment when the syncer asks (the active
 // one is half full), so rotation rarely waits for a preallocation and an
-// idle or young log does not write a whole spare segment.
+// idle or young log does not write a whole spare segment. It overwrites a
+// kept segment file if TruncateFront left one, and creates a file if not.
 func (l *Log) prepareLoop() {
 	defer close(l.prepDone)
 	for i := 0; ; i++ {
@@ -717,8 +731,14 @@ func (l *Log) prepareLoop() {
 		case <-l.prepStop:
 			return
 		}
-		path := l.path(fmt.Sprintf("prepared-%d%s", i, tmpSuffix))
-		err := zeroFill(l.fs, path, l.cfg.SegmentSize)
+		path, err := l.takeRecycled(), error(nil)
+		if path != "" {
+			err = overwriteZeros(l.fs, path, l.cfg.SegmentSize)
+			l.recycledN.Add(1)
+		} else {
+			path = l.path(fmt.Sprintf("prepared-%d%s", i, tmpSuffix))
+			err = zeroFill(l.fs, path, l.cfg.SegmentSize)
+		}
 		select {
 		case l.prep <- prepared{path: path, err: err}:
 			if err != nil {
@@ -792,12 +812,16 @@ func (l *Log) Stats() Stats {
 	l.mu.Lock()
 	appends := l.mu.appends
 	l.mu.Unlock()
-	return Stats{Appends: appends, Writes: l.writes.Load(), Syncs: l.syncs.Load(), Bytes: l.bytes.Load()}
+	return Stats{Appends: appends, Writes: l.writes.Load(), Syncs: l.syncs.Load(), Bytes: l.bytes.Load(),
+		Recycled: l.recycledN.Load()}
 }
 
 // Scan calls fn for every record from index from on that has been written
-// to the operating system, in order. payload is valid only during the call.
+// to the operating system, in order. payload is valid only during the call,
+// and fn must not call TruncateFront.
 func (l *Log) Scan(from uint64, fn func(index uint64, payload []byte) error) error {
+	l.scanMu.RLock()
+	defer l.scanMu.RUnlock()
 	l.mu.Lock()
 	segs := append([]segment(nil), l.mu.segs...)
 	written := l.mu.written
@@ -874,13 +898,56 @@ func (l *Log) TruncateFront(index uint64) error {
 		// never leaves a gap between segments. A failure is fatal: the
 		// segment is gone from the list, and a later sync must not pass
 		// for having made its removal durable.
-		if err := l.fs.Remove(l.path(segName(first))); err != nil {
+		kept, err := l.removeSegment(first)
+		if err != nil {
 			return l.failFromOutside(err)
 		}
 		if err := l.dir.Sync(); err != nil {
 			return l.failFromOutside(fmt.Errorf("sync directory: %w", err))
 		}
+		// Only a durable rename hands the file on: the preparer must not
+		// overwrite what a crash could bring back under its segment name.
+		if kept != "" {
+			l.recycleMu.Lock()
+			l.recycled = append(l.recycled, kept)
+			l.recycleMu.Unlock()
+		}
 	}
+}
+
+// removeSegment removes the segment of first, or, while fewer than
+// Config.RecycleSegments are kept, renames it to a temporary name for
+// reuse and returns that path. Only a file of the segment size is kept:
+// one from an Open with another SegmentSize would not be overwritten
+// whole.
+func (l *Log) removeSegment(first uint64) (kept string, err error) {
+	path := l.path(segName(first))
+	l.recycleMu.Lock()
+	room := len(l.recycled) < l.cfg.RecycleSegments
+	l.recycleMu.Unlock()
+	if room {
+		if st, err := l.fs.Stat(path); err == nil && st.Size() == l.cfg.SegmentSize {
+			kept = l.path(fmt.Sprintf("recycled-%d%s", first, tmpSuffix))
+			l.scanMu.Lock()
+			err = l.fs.Rename(path, kept)
+			l.scanMu.Unlock()
+			return kept, err
+		}
+	}
+	return "", l.fs.Remove(path)
+}
+
+// takeRecycled returns a kept segment file for the preparer, or "".
+func (l *Log) takeRecycled() string {
+	l.recycleMu.Lock()
+	defer l.recycleMu.Unlock()
+	n := len(l.recycled)
+	if n == 0 {
+		return ""
+	}
+	path := l.recycled[n-1]
+	l.recycled = l.recycled[:n-1]
+	return path
 }
 
 // TruncateAfter removes every record after index (Raft overwriting an
