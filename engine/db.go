@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -210,7 +211,22 @@ type DB struct {
 
 // worker is a commit slot: its log buffer, its last TID, and the epoch it
 // may commit into while committing (0 when not).
+//
+// It is padded to workerSize, a size class whose objects the allocator
+// places on cache-line boundaries. Unpadded (40 bytes, in the 48-byte
+// class) two workers shared a cache line, so two processors committing on
+// two workers took the line from each other at every epoch publication,
+// log lock and buffer update. kiroku bench engine (ycsb-wo, two threads,
+// with the log) took 3.35 CPU µs per transaction before the pad and 3.05
+// after, alternating builds.
 type worker struct {
+	workerState
+	_ [workerSize - unsafe.Sizeof(workerState{})]byte
+}
+
+const workerSize = 128
+
+type workerState struct {
 	active  atomic.Uint64
 	lastTID uint64
 	lg      *logger
@@ -241,7 +257,7 @@ func Open(cfg Config) (*DB, error) {
 	}
 	db.slots = make(chan *worker, cfg.Workers)
 	for i := 0; i < cfg.Workers; i++ {
-		w := &worker{lg: db.loggers[i%cfg.Loggers]}
+		w := &worker{workerState: workerState{lg: db.loggers[i%cfg.Loggers]}}
 		w.lg.workers = append(w.lg.workers, w)
 		db.workers = append(db.workers, w)
 		db.slots <- w
