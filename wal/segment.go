@@ -196,15 +196,7 @@ func zeroFill(fs vfs.FS, path string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := writeZeros(f, 0, size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return zeroSyncClose(f, size, f.Sync)
 }
 
 // overwriteZeros overwrites a kept segment file of size bytes with zeros
@@ -214,15 +206,20 @@ func overwriteZeros(fs vfs.FS, path string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := writeZeros(f, 0, size); err != nil {
-		f.Close()
-		return err
+	return zeroSyncClose(f, size, f.SyncData)
+}
+
+// zeroSyncClose writes zeros over the first size bytes of f, syncs it with
+// sync and closes it.
+func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
+	err := writeZeros(f, 0, size)
+	if err == nil {
+		err = sync()
 	}
-	if err := f.SyncData(); err != nil {
-		f.Close()
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	return err
 }
 
 // writeZeros writes zero bytes over [from, to) of f.

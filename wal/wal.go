@@ -931,7 +931,10 @@ func (l *Log) removeSegment(first uint64) (kept string, err error) {
 			l.scanMu.Lock()
 			err = l.fs.Rename(path, kept)
 			l.scanMu.Unlock()
-			return kept, err
+			if err != nil {
+				return "", err
+			}
+			return kept, nil
 		}
 	}
 	return "", l.fs.Remove(path)
