@@ -94,10 +94,26 @@ func TestCheckpointByLogSize(t *testing.T) {
 		}
 	}
 
-	// Running: 4 MiB more is truncated as it goes.
+	// kept counts the truncated segments the log keeps for reuse.
+	kept := func() int {
+		names, _ := fs.List("/db/log-0")
+		n := 0
+		for _, name := range names {
+			if strings.HasPrefix(name, "recycled-") {
+				n++
+			}
+		}
+		return n
+	}
+	// Running: 4 MiB more is truncated as it goes. Each checkpoint's
+	// truncation leaves segments kept for the next ones, at most what one
+	// checkpoint frees (256 KiB of 64 KiB segments, plus one).
 	for i := range 4 {
 		write(db, 1024+i*256, 256)
 		settle("while writing")
+		if n := kept(); n < 1 || n > 5 {
+			t.Fatalf("%d truncated segments kept for reuse, want 1 to 5", n)
+		}
 	}
 	db.Close()
 	db = openTable(t, cfg, blobTable)
