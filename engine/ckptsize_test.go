@@ -105,15 +105,22 @@ func TestCheckpointByLogSize(t *testing.T) {
 		}
 		return n
 	}
-	// Running: 4 MiB more is truncated as it goes. Each checkpoint's
-	// truncation leaves segments kept for the next ones, at most what one
-	// checkpoint frees (256 KiB of 64 KiB segments, plus one).
+	// Running: 4 MiB more is truncated as it goes. Checkpoints' truncations
+	// leave segments kept for the next ones: at most what one checkpoint
+	// frees (256 KiB of 64 KiB segments, plus one), and one more that the
+	// preparer may be turning into a segment.
+	mostKept := 0
 	for i := range 4 {
 		write(db, 1024+i*256, 256)
 		settle("while writing")
-		if n := kept(); n < 1 || n > 5 {
-			t.Fatalf("%d truncated segments kept for reuse, want 1 to 5", n)
+		n := kept()
+		if n > 6 {
+			t.Fatalf("%d truncated segments kept for reuse, want at most 6", n)
 		}
+		mostKept = max(mostKept, n)
+	}
+	if mostKept == 0 {
+		t.Fatalf("no truncated segment was kept for reuse")
 	}
 	db.Close()
 	db = openTable(t, cfg, blobTable)
