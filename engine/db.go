@@ -250,7 +250,7 @@ func Open(cfg Config) (*DB, error) {
 		return nil, err
 	}
 	for i := 0; i < cfg.Loggers; i++ {
-		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1), free: make(chan *logBuf, 32)}
+		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1)}
 		lg.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
 		lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
 		db.loggers = append(db.loggers, lg)

@@ -19,3 +19,29 @@ func TestSpansStayBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeBuffersWarmestFirst checks the free list hands out the buffer
+// written last first, keeps the newest when full, and drops a buffer a
+// large transaction grew.
+func TestFreeBuffersWarmestFirst(t *testing.T) {
+	const size = 4 << 10
+	lg := &logger{db: &DB{cfg: Config{LogBufferSize: size}}}
+	bufs := make([]*logBuf, maxFree+8)
+	for i := range bufs {
+		bufs[i] = &logBuf{data: make([]byte, 0, size)}
+	}
+	grown := &logBuf{data: make([]byte, 0, 3*size)}
+	lg.putFree(bufs[:4])
+	lg.putFree([]*logBuf{grown})
+	lg.putFree(bufs[4:])
+	for i := len(bufs) - 1; i >= len(bufs)-maxFree; i-- {
+		if b := lg.newBuf(7); b != bufs[i] {
+			t.Fatalf("newBuf %d from the top: got another buffer than the one freed %d-th", len(bufs)-i, i)
+		} else if b.epoch != 7 || len(b.data) != 2 || b.data[0] != recBuffer {
+			t.Fatalf("reused buffer not reset: epoch %d, data %v", b.epoch, b.data)
+		}
+	}
+	if b := lg.newBuf(7); cap(b.data) != size+size/4 || b == grown {
+		t.Fatalf("an empty free list gave a buffer of capacity %d, want a new one", cap(b.data))
+	}
+}
