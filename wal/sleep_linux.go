@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,4 +97,12 @@ func (s *sleeper) close() {
 		s.fd = -1
 	}
 	s.mu.Unlock()
+}
+
+// dropCache asks the kernel to drop a sealed, synced segment's pages
+// from the page cache.
+func dropCache(f vfs.File) {
+	if fd := f.Fd(); fd != vfs.InvalidFd {
+		_ = unix.Fadvise(int(fd), 0, 0, unix.FADV_DONTNEED)
+	}
 }

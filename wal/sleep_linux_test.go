@@ -2,11 +2,16 @@ package wal
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
 )
 
 // waitArmed waits until the sleeper is in (or entering) a sleep, and
@@ -90,4 +95,67 @@ func TestCountThresholdEndsThePreciseSleep(t *testing.T) {
 		}
 	}
 	t.Fatal("in 20 tries the second append never ended the syncer's sleep: the round waited for MaxWait")
+}
+
+// resident counts the pages of the file at path that are in the page
+// cache.
+func resident(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// A segment the syncer has left, synced, has its pages dropped from the
+// page cache; the active one keeps its pages.
+func TestSealedSegmentsLeaveCache(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(vfs.Default, BatchPolicy())
+	cfg.Dir, cfg.SegmentSize = dir, 256<<10
+	l := mustOpen(t, cfg)
+	defer l.Close()
+	var names []string
+	for i := 0; len(names) < 4; i++ {
+		if _, err := l.Append(context.Background(), payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if names, err = filepath.Glob(filepath.Join(dir, "*"+segSuffix)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sort.Strings(names)
+	active := names[len(names)-1]
+	if n := resident(t, active); n == 0 {
+		t.Fatalf("the active segment has no page cached: the check cannot see pages")
+	}
+	for _, name := range names[:len(names)-1] {
+		deadline := time.Now().Add(10 * time.Second)
+		for resident(t, name) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("sealed segment %s still has %d pages cached", filepath.Base(name), resident(t, name))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 }

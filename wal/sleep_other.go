@@ -2,7 +2,11 @@
 
 package wal
 
-import "time"
+import (
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
 
 func lockSyncerThread() {}
 
@@ -14,3 +18,5 @@ func newSleeper() (*sleeper, error)                     { return &sleeper{}, nil
 func (*sleeper) sleep(d time.Duration, _ chan struct{}) { time.Sleep(d) }
 func (*sleeper) interrupt()                             {}
 func (*sleeper) close()                                 {}
+
+func dropCache(vfs.File) {}
