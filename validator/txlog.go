@@ -89,7 +89,7 @@ func newLogRequests(ns string) *logRequests {
 	nonce := func() storage.Values { return make(storage.Values, 1) }
 	return &logRequests{
 		request: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 9), Condition: notLogged},
-		pending: storage.Put{Namespace: ns, Table: tPending, Partition: make(storage.Values, 1), Clustering: nonce(), Values: make(storage.Values, 1)},
+		pending: storage.Put{Namespace: ns, Table: tPending, Partition: make(storage.Values, 1), Clustering: make(storage.Values, 2)},
 		outcome: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 8), Condition: notStamped},
 	}
 }
@@ -110,8 +110,7 @@ func (lr *logRequests) requestPut(t *Tx) *storage.Put {
 func (lr *logRequests) pendingPut(t *Tx) *storage.Put {
 	p := &lr.pending
 	p.Partition["bucket"] = storage.BigInt(pendingBucket(t.Request.Nonce))
-	p.Clustering["nonce"] = storage.Text(t.Request.Nonce)
-	p.Values["begin_clock"] = storage.BigInt(t.Begin)
+	p.Clustering["begin_clock"], p.Clustering["nonce"] = storage.BigInt(t.Begin), storage.Text(t.Request.Nonce)
 	return p
 }
 

@@ -599,7 +599,7 @@ func (r *run) persist(fence func(context.Context, storage.Txn) error) error {
 		n := storage.Text(t.Request.Nonce)
 		b.put(&storage.Put{Namespace: ns, Table: tTxs, Partition: storage.Values{"nonce": n}, Values: storage.Values{"validated": storage.BigInt(1)}})
 		b.del(&storage.Delete{Namespace: ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t.Request.Nonce))},
-			Clustering: storage.Values{"nonce": n}})
+			Clustering: storage.Values{"begin_clock": storage.BigInt(t.Begin), "nonce": n}})
 	}
 	return b.flush()
 }

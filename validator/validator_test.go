@@ -109,7 +109,7 @@ func TestLogRequestsRefilled(t *testing.T) {
 	if r := lr.requestPut(aborted); r.Partition["nonce"].AsText() != "b" || r.Values["begin_clock"].AsBigInt() != 3 {
 		t.Fatalf("refilled request %v %v", r.Partition, r.Values)
 	}
-	if r := lr.pendingPut(aborted); r.Clustering["nonce"].AsText() != "b" || r.Values["begin_clock"].AsBigInt() != 3 ||
+	if r := lr.pendingPut(aborted); r.Clustering["nonce"].AsText() != "b" || r.Clustering["begin_clock"].AsBigInt() != 3 ||
 		r.Partition["bucket"].AsBigInt() != pendingBucket("b") {
 		t.Fatalf("refilled pending %v %v %v", r.Partition, r.Clustering, r.Values)
 	}

@@ -42,8 +42,12 @@ func TestViolationsRecordedOnce(t *testing.T) {
 	}
 	// Undo the second step of persist for t1: pending again, not validated.
 	n := storage.Text(t1)
-	if err := e.v.db.Put(ctx, &storage.Put{Namespace: e.v.ns, Table: tPending, Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(t1))},
-		Clustering: storage.Values{"nonce": n}, Values: storage.Values{"begin_clock": storage.BigInt(0)}}); err != nil {
+	tx1, err := e.v.loadTx(ctx, t1)
+	if err != nil || tx1 == nil {
+		t.Fatalf("load %s: %v, %v", t1, tx1, err)
+	}
+	if err := e.v.db.Put(ctx, (&logRequests{pending: storage.Put{Namespace: e.v.ns, Table: tPending, Partition: storage.Values{},
+		Clustering: storage.Values{}}}).pendingPut(tx1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.v.db.Put(ctx, &storage.Put{Namespace: e.v.ns, Table: tTxs, Partition: storage.Values{"nonce": n},
@@ -56,5 +60,8 @@ func TestViolationsRecordedOnce(t *testing.T) {
 	}
 	if n := count(); n != 1 {
 		t.Fatalf("after validating t1 again: %d bad-signature violations recorded, want still 1", n)
+	}
+	if p, err := e.v.pendingTxs(ctx); err != nil || len(p) != 0 {
+		t.Fatalf("pending after validating everything: %d, %v", len(p), err)
 	}
 }
