@@ -39,7 +39,9 @@
 //     zero-filled, synced and durably named before it holds a record. A
 //     segment TruncateFront removed may be kept and overwritten with zeros
 //     for this (Config.RecycleSegments), which spares fresh page-cache
-//     pages and block allocation.
+//     pages and block allocation. Once the old segment is synced, the
+//     preparer drops its pages from the page cache (clean pages: the disk
+//     is untouched), so the next zero-fill reuses them.
 //   - Bounded: at most Config.MaxPending bytes wait to be written; Append
 //     blocks (honouring its context) beyond that.
 //   - Two goroutines, the syncer and the segment preparer, both owned by the
