@@ -129,7 +129,7 @@ func resident(t *testing.T, path string) int {
 // A segment the syncer has left, synced, has its pages dropped from the
 // page cache; the active one keeps its pages.
 func TestSealedSegmentsLeaveCache(t *testing.T) {
-	dir := t.TempDir()
+	dir := diskDir(t)
 	cfg := testConfig(vfs.Default, BatchPolicy())
 	cfg.Dir, cfg.SegmentSize = dir, 256<<10
 	l := mustOpen(t, cfg)
@@ -158,4 +158,30 @@ func TestSealedSegmentsLeaveCache(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// diskDir returns a temporary directory whose pages the kernel can drop:
+// t.TempDir, or, when that is on tmpfs, one beside the test's sources.
+func diskDir(t *testing.T) string {
+	t.Helper()
+	onTmpfs := func(dir string) bool {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Type == unix.TMPFS_MAGIC
+	}
+	dir := t.TempDir()
+	if !onTmpfs(dir) {
+		return dir
+	}
+	dir, err := os.MkdirTemp(".", "disk-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if onTmpfs(dir) {
+		t.Skipf("no directory off tmpfs to test in (tmpfs pages cannot be dropped)")
+	}
+	return dir
 }

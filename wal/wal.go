@@ -781,10 +781,10 @@ func (l *Log) seal(f vfs.File) {
 }
 
 // release drops a sealed segment's pages from the page cache and closes
-// it. The log does not read a segment again until it is reopened, and a
-// page it keeps cached is one the kernel must find anew for the next
-// segment: a page freed just before is cheap to reuse, while fresh memory
-// is not on a virtual machine: there, a first touch of memory the guest
+// it. The writer never reads a sealed segment (a Scan reads it from disk
+// again), and a page left cached is one the kernel must find anew for the
+// next segment. A page freed just before is cheap to reuse; fresh memory
+// is not on a virtual machine, where a first touch of memory the guest
 // has not used for a while costs about ten times a copy. The pages are
 // clean, so dropping them changes nothing on disk.
 func release(f vfs.File) {
