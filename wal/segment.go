@@ -222,9 +222,12 @@ func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
 	return err
 }
 
+// zeros is the source of every zero-fill, never written: one allocated
+// per segment would be a megabyte of fresh heap each time.
+var zeros [1 << 20]byte
+
 // writeZeros writes zero bytes over [from, to) of f.
 func writeZeros(f vfs.File, from, to int64) error {
-	zeros := make([]byte, min(max(to-from, 0), 1<<20))
 	for off := from; off < to; off += int64(len(zeros)) {
 		n := min(int64(len(zeros)), to-off)
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {
