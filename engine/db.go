@@ -231,8 +231,14 @@ type workerState struct {
 	lastTID uint64
 	lg      *logger
 
+	// logMu guards the log state below: the worker fills it, and its
+	// logger's round takes what belongs to closed epochs.
 	logMu sync.Mutex
 	buf   *logBuf
+	// stage holds the newest log entries of epoch stageEp, encoded there
+	// first and moved into buf in blocks (see worker.log).
+	stage   []byte
+	stageEp uint64
 }
 
 // Open opens or creates the engine in cfg.Dir, recovering what is durable.

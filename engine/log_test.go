@@ -1,6 +1,15 @@
 package engine
 
-import "testing"
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
 
 // TestSpansStayBounded appends more spans than are kept and checks that
 // truncation never cuts past what a checkpoint covers.
@@ -43,5 +52,104 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 	}
 	if b := lg.newBuf(7); cap(b.data) != size+size/4 || b == grown {
 		t.Fatalf("an empty free list gave a buffer of capacity %d, want a new one", cap(b.data))
+	}
+}
+
+// TestLogStageKeepsRecordsWhole logs transactions of every size through a
+// worker's stage and checks what reaches the logger: every record within
+// the sink's limit, every buffer of one epoch, and every transaction's
+// writes in order under its TID, once, whatever entries carried them.
+// Among them is a transaction whose only write is close to the largest a
+// record takes, logged after smaller ones filled part of a buffer.
+func TestLogStageKeepsRecordsWhole(t *testing.T) {
+	const maxRecord = 16 << 10
+	tbl := newTable(5, &storage.Table{Namespace: "n", Name: "t",
+		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}},
+		Columns:      []storage.Column{{Name: "v", Type: storage.TypeBlob}}})
+	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 6 << 10}}, maxRecord: maxRecord}
+	w := &worker{}
+	w.lg = lg
+
+	type logged struct {
+		tid    uint64
+		epoch  uint64
+		writes []string // pk=value-length
+	}
+	var want []logged
+	rng := rand.New(rand.NewPCG(1, 2))
+	tid := uint64(0)
+	for i := range 400 {
+		e := uint64(1 + i/100)
+		n := 1 + rng.IntN(12)
+		sizes := make([]int, n)
+		for j := range sizes {
+			sizes[j] = rng.IntN(300)
+		}
+		switch i % 50 {
+		case 7: // larger than a stage, in many writes
+			sizes = slices.Repeat([]int{3000}, 7)
+		case 8: // one write near the record limit
+			sizes = []int{maxRecord - 64 - 64}
+		}
+		tid++
+		l := logged{tid: tid, epoch: e}
+		writes := make([]writeEntry, len(sizes))
+		for j, sz := range sizes {
+			pk := fmt.Sprintf("k%d-%d", i, j)
+			writes[j] = writeEntry{wkey: wkey{t: tbl, pk: pk}, out: &row{cols: []storage.Value{storage.Blob(make([]byte, sz))}}}
+			if n := writeSize(&writes[j]); n > maxRecord-64 {
+				t.Fatalf("test write of %d bytes exceeds what commit lets through", n)
+			}
+			l.writes = append(l.writes, fmt.Sprintf("%s=%d", pk, sz))
+		}
+		want = append(want, l)
+		w.log(writes, tid, e)
+	}
+	w.flushStage()
+	if w.buf != nil {
+		lg.handoff(w.buf)
+	}
+
+	var got []logged
+	for _, b := range lg.mu.queue {
+		if len(b.data) > maxRecord {
+			t.Fatalf("a record of %d bytes; the sink takes %d", len(b.data), maxRecord)
+		}
+		kind, e, err := recordHeader(b.data)
+		if err != nil || kind != recBuffer || e != b.epoch {
+			t.Fatalf("record header: kind %d epoch %d (buffer's %d): %v", kind, e, b.epoch, err)
+		}
+		_, n := binary.Uvarint(b.data[1:])
+		d := decoder{b: b.data[1+n:]}
+		for len(d.b) > 0 && d.err == nil {
+			tid, count := d.u64("tid"), d.bytes(4, "count")
+			if d.err != nil {
+				break
+			}
+			if len(got) == 0 || got[len(got)-1].tid != tid {
+				got = append(got, logged{tid: tid, epoch: e})
+			} else if got[len(got)-1].epoch != e {
+				t.Fatalf("transaction %d split across epochs %d and %d", tid, got[len(got)-1].epoch, e)
+			}
+			for range binary.LittleEndian.Uint32(count) {
+				wr, _, ok := d.write(func(uint64) *table { return tbl })
+				if !ok {
+					t.Fatalf("transaction %d: undecodable write: %v", tid, d.err)
+				}
+				last := &got[len(got)-1]
+				last.writes = append(last.writes, fmt.Sprintf("%s=%d", wr.pk, len(wr.cols[0].AsBlob())))
+			}
+		}
+		if d.err != nil {
+			t.Fatalf("buffer of epoch %d: %v", e, d.err)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		for i := range min(len(got), len(want)) {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("transaction %d of %d: logged %+v, want %+v", i, len(want), got[i], want[i])
+			}
+		}
+		t.Fatalf("%d transactions logged, want %d", len(got), len(want))
 	}
 }
