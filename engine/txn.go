@@ -599,14 +599,4 @@ func sortByRecord(ws []*writeEntry) {
 const maxRowBytes = 64<<20 - 1<<10
 
 // writeSize bounds the encoded size of a write.
-func writeSize(w *writeEntry) int {
-	n := len(w.pk) + len(w.ck) + 32
-	if w.out != nil {
-		if w.out.size != 0 {
-			n += w.out.size
-		} else {
-			n += colsSize(w.out.cols)
-		}
-	}
-	return n
-}
+func writeSize(w *writeEntry) int { return writeBound(w.pk, w.ck, w.out) }
