@@ -62,6 +62,9 @@ type Clock struct {
 	// raises holds spent *raise, for reuse: a backend keeps no reference
 	// to a request once the call returns.
 	raises sync.Pool
+	// begins and ends share scans (and end writes) among this process's
+	// concurrent callers (see coalescer).
+	begins, ends coalescer
 }
 
 // raise is End's conditional write of one counter.
@@ -90,26 +93,34 @@ func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig)
 
 // Begin returns a begin time, to be taken before the request is logged:
 // one more than the highest counter. It writes nothing (see doc.go).
+// Callers that arrive while another begin clock is being taken share the
+// next one (see coalescer).
 func (c *Clock) Begin(ctx context.Context) (int64, error) {
 	if c.cfg.ScanEvery > 1 && c.ops.Add(1)%uint64(c.cfg.ScanEvery) != 0 {
 		if s := c.seen.Load(); s > 0 {
 			return s + 1, nil
 		}
 	}
-	m, err := c.latest(ctx)
-	if err != nil {
-		return 0, err
-	}
-	c.see(m)
-	return m + 1, nil
+	return c.begins.do(ctx, func(ctx context.Context) (int64, error) {
+		m, err := c.latest(ctx)
+		if err != nil {
+			return 0, err
+		}
+		c.see(m)
+		return m + 1, nil
+	})
 }
 
 // End returns an end time, to be taken after the reply arrived: it scans
 // every counter, takes max + 1 and raises one counter (round-robin) to it.
+// Callers that arrive while another end clock is being taken share the
+// next one (see coalescer).
 // The backends retry a lone write's conflicts a few times; on PostgreSQL
 // (SERIALIZABLE) many callers raising the same counter can outlast that,
 // so the write, which is idempotent, is retried here as the scan is.
-func (c *Clock) End(ctx context.Context) (int64, error) {
+func (c *Clock) End(ctx context.Context) (int64, error) { return c.ends.do(ctx, c.end) }
+
+func (c *Clock) end(ctx context.Context) (int64, error) {
 	latest, err := c.latest(ctx)
 	if err != nil {
 		return 0, err
@@ -181,5 +192,68 @@ func retry(ctx context.Context, op func() error) error {
 		if serr := p.Sleep(ctx, failure); serr != nil {
 			return errors.Join(err, serr)
 		}
+	}
+}
+
+// coalescer runs an operation once for all the callers that arrive while
+// an earlier run is under way: they form a flight, and one of them runs
+// it after that run ends, so the run starts after every one of them
+// arrived. For a clock that is all a caller needs (doc.go): its scan
+// begins after it asked, and an end clock's write is done before it
+// returns. Callers may share a clock value; equal clocks order nothing.
+// At 64 clients a begin and an end clock cost the Validator about 4 µs
+// of CPU per transaction, half of it spent on scans and writes that
+// others' covered a moment later.
+//
+// A flight runs without its callers' cancellation: none may leave early
+// (the one handed the run must run it), and a run is short.
+type coalescer struct {
+	mu   sync.Mutex
+	busy bool    // a run is under way
+	open *flight // the callers waiting for the next run
+}
+
+type flight struct {
+	lead chan struct{} // one token: the caller that takes it runs the flight
+	done chan struct{} // closed when v and err are set
+	v    int64
+	err  error
+}
+
+func (c *coalescer) do(ctx context.Context, op func(context.Context) (int64, error)) (int64, error) {
+	c.mu.Lock()
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		v, err := op(ctx)
+		c.handOn()
+		return v, err
+	}
+	f := c.open
+	if f == nil {
+		f = &flight{lead: make(chan struct{}, 1), done: make(chan struct{})}
+		c.open = f
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-f.lead:
+		f.v, f.err = op(context.WithoutCancel(ctx))
+		close(f.done)
+		c.handOn()
+	}
+	return f.v, f.err
+}
+
+// handOn ends a run: the flight that gathered during it runs next, by one
+// of its callers, or the coalescer is idle.
+func (c *coalescer) handOn() {
+	c.mu.Lock()
+	f := c.open
+	c.open = nil
+	c.busy = f != nil
+	c.mu.Unlock()
+	if f != nil {
+		f.lead <- struct{}{}
 	}
 }

@@ -94,3 +94,49 @@ func TestClockOverlap(t *testing.T) {
 		})
 	}
 }
+
+// TestCoalescerRunsAfterArrival has many callers share runs and checks
+// what the clock relies on: every caller's result comes from a run that
+// started after it arrived and ended before it returned, and runs never
+// overlap. It also checks runs were shared, and that a caller whose
+// context was cancelled fails only its own run, never one it shares.
+func TestCoalescerRunsAfterArrival(t *testing.T) {
+	var c coalescer
+	var started, ended, running atomic.Int64
+	op := func(ctx context.Context) (int64, error) {
+		if running.Add(1) != 1 {
+			t.Error("two runs at once")
+		}
+		n := started.Add(1)
+		time.Sleep(time.Duration(rand.IntN(50)) * time.Microsecond)
+		running.Add(-1)
+		ended.Store(n)
+		return n, ctx.Err()
+	}
+	const callers, calls = 32, 200
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			for j := range calls {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%4 == 0 && j%2 == 0 {
+					cancel() // joins as cancelled; the first caller of a run is not shared
+				}
+				cancelled := ctx.Err() != nil
+				arrived := started.Load()
+				v, err := c.do(ctx, op)
+				cancel()
+				// Only a caller's own, unshared run may fail on its
+				// cancellation; a run shared with it never does.
+				if (err != nil && !cancelled) || v <= arrived || v > ended.Load() {
+					t.Errorf("caller arrived after run %d got run %d (ended: %d), err %v", arrived, v, ended.Load(), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if runs := started.Load(); runs >= callers*calls {
+		t.Errorf("%d runs for %d calls: none shared", runs, callers*calls)
+	}
+}
