@@ -47,6 +47,14 @@
 //     begin scan, that scan saw e_i, so b_j > e_i. A begin write would add
 //     nothing to any of the three, so there is none.
 //
+// Concurrent callers in one process share scans: those who ask for a
+// clock while another caller's scan (and, for an end clock, write) runs
+// get the result of the next run, which starts after all of them asked.
+// A shared scan is each member's own scan in the arguments above: it
+// began after the member asked, and an end clock's write is done before
+// any member returns. Members may get equal clocks, and equal clocks
+// order nothing (e_i < b_j is strict).
+//
 // A stale scan only makes a clock smaller than it could be, which can
 // widen intervals (more transactions look concurrent: more work, no false
 // alarm) but cannot break the first two properties, because each rests on
@@ -85,8 +93,10 @@
 // any later durable commit is: the next logged request, or the
 // validation that reads it, so no validation result rests on an outcome
 // a crash could take back. A logged transaction so costs the Validator
-// database one durable commit (the request), two scans and two writes
-// that wait for no fsync; on PostgreSQL both commits are durable.
+// database one durable commit (the request), two writes that wait for no
+// fsync (the outcome and a clock counter) and two clock scans, the scans
+// and the counter write fewer when concurrent callers share them; on
+// PostgreSQL every commit is durable.
 //
 // # Validation (Algorithm 2), and strict serializability
 //
