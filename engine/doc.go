@@ -54,9 +54,10 @@
 // commit protocol only, so an interactive transaction holds none while
 // its client thinks; a raw transaction may pin one for its lifetime, as
 // a Silo thread owns its worker (the benchmark's threads do). Each worker appends committed writes to its log
-// buffer; a buffer holds one epoch and goes to the worker's logger when it
-// reaches LogBufferSize or the epoch changes. A logger round collects its
-// workers' buffers of closed epochs and the handed-off ones, appends them
+// buffer, through a small stage that stays in cache (worker.log); a buffer
+// holds one epoch and goes to the worker's logger when it reaches
+// LogBufferSize or the epoch changes. A logger round collects its workers'
+// staged entries and buffers of closed epochs and the handed-off ones, appends them
 // and a mark "everything of epochs ≤ X is logged" to its LogSink, and once
 // the sink says they are durable publishes X, where X = min(E, epochs of
 // its committing workers) − 1 read before collecting. The durable epoch D
