@@ -77,3 +77,16 @@ func TestWriteStringLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestRawRowOwnsItsColumns changes the columns a RawRow was built from and
+// checks the row, and its encoding within its computed bound, keep the
+// values it was built with.
+func TestRawRowOwnsItsColumns(t *testing.T) {
+	cols := []storage.Value{storage.Blob([]byte("short"))}
+	rr := NewRawRow(cols)
+	cols[0] = storage.Blob(make([]byte, 1000))
+	b := appendWrite(nil, 1, "pk", "", rr.r)
+	if len(b) > writeBound("pk", "", rr.r) || rr.r.cols[0].Size() != 5 {
+		t.Fatalf("row holds %v, encoded in %d bytes for a bound of %d", rr.r.cols[0], len(b), writeBound("pk", "", rr.r))
+	}
+}

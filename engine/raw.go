@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -93,8 +94,13 @@ func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
 // RawRow is an immutable row built once and written any number of times.
 type RawRow struct{ r *row }
 
-// NewRawRow builds a row from its value columns, in schema order.
-func NewRawRow(cols []storage.Value) RawRow { return RawRow{&row{cols: cols, size: colsSize(cols)}} }
+// NewRawRow builds a row from its value columns, in schema order. It
+// copies cols: the row's encoded size is computed here, and the log
+// encoder writes within it.
+func NewRawRow(cols []storage.Value) RawRow {
+	cols = slices.Clone(cols)
+	return RawRow{&row{cols: cols, size: colsSize(cols)}}
+}
 
 // WriteRow sets the whole row of partition key pk to a prebuilt row.
 func (r *RawTxn) WriteRow(h *TableHandle, pk string, row RawRow) {
