@@ -97,7 +97,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 		for j, sz := range sizes {
 			pk := fmt.Sprintf("k%d-%d", i, j)
 			writes[j] = writeEntry{wkey: wkey{t: tbl, pk: pk}, out: &row{cols: []storage.Value{storage.Blob(make([]byte, sz))}}}
-			if n := writeSize(&writes[j]); n > maxRecord-64 {
+			if n := writeBound(pk, "", writes[j].out); n > maxRecord-64 {
 				t.Fatalf("test write of %d bytes exceeds what commit lets through", n)
 			}
 			l.writes = append(l.writes, fmt.Sprintf("%s=%d", pk, sz))

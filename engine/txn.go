@@ -554,10 +554,11 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		limit = min(limit, w.lg.maxRecord-64)
 	}
 	for i := range x.writes {
-		if n := writeSize(&x.writes[i]); n > limit {
+		wr := &x.writes[i]
+		if n := writeBound(wr.pk, wr.ck, wr.out); n > limit {
 			unlock()
-			return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: x.writes[i].t.schema.Namespace,
-				Table: x.writes[i].t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the engine takes %d", n, limit)}
+			return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: wr.t.schema.Namespace,
+				Table: wr.t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the engine takes %d", n, limit)}
 		}
 	}
 	if db.cfg.Log == LogWAL {
@@ -597,6 +598,3 @@ func sortByRecord(ws []*writeEntry) {
 
 // maxRowBytes bounds one row's encoding (key and value columns).
 const maxRowBytes = 64<<20 - 1<<10
-
-// writeSize bounds the encoded size of a write.
-func writeSize(w *writeEntry) int { return writeBound(w.pk, w.ck, w.out) }
