@@ -357,12 +357,7 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 		clear(rows[s.Limit:]) // Close clears only the rows it holds
 		rows = rows[:s.Limit]
 	}
-	var pkeys []storage.Value
-	if p != nil {
-		pkeys = p.keys
-	} else {
-		pkeys = tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
-	}
+	pkeys := tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
 	if tb.wantsClustering(s.Projection) {
 		for i := range rows {
 			var err error
@@ -491,7 +486,7 @@ func (x *tx) applyPut(tb *table, p *storage.Put) error {
 			set[i] = true
 		}
 	}
-	x.put(tb, pk, ck, nil, cols, set)
+	x.put(tb, pk, ck, cols, set)
 	return nil
 }
 
@@ -500,7 +495,7 @@ func (x *tx) applyDelete(tb *table, d *storage.Delete) error {
 	if err := x.checkCondition("delete", tb, d.Condition, d.Partition, d.Clustering, pk, ck); err != nil {
 		return err
 	}
-	x.del(tb, pk, ck, nil)
+	x.del(tb, pk, ck)
 	return nil
 }
 

@@ -219,7 +219,7 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 				recs = append(recs, &p.one)
 			} else {
 				p.cl.mu.RLock()
-				p.cl.tree.Ascend(func(r *record) bool { recs = append(recs, r); return true })
+				p.cl.tree.Ascend(func(it ckItem) bool { recs = append(recs, it.r); return true })
 				p.cl.mu.RUnlock()
 			}
 			for _, r := range recs {
@@ -398,10 +398,13 @@ func checkTID(tid, epoch uint64) error {
 // apply installs a recovered write unless the record already holds a
 // higher TID.
 func apply(t *table, w logWrite, tid uint64) error {
-	p, _, _, err := t.makePartition(t.hash(w.pk), w.pk, nil)
-	if err != nil {
-		return malformed("partition key: %v", err)
+	h := t.hash(w.pk)
+	if t.shardOf(h).find(h, w.pk) == nil {
+		if _, err := t.decodePartition(w.pk); err != nil {
+			return malformed("partition key: %v", err)
+		}
 	}
+	p, _, _ := t.makePartition(h, w.pk)
 	if t.clustered() {
 		if _, err := t.decodeClustering(w.ck); err != nil {
 			return malformed("clustering key: %v", err)

@@ -88,7 +88,7 @@ func (r *RawTxn) Read(h *TableHandle, pk string) ([]storage.Value, bool) {
 
 // Write sets the whole row of partition key pk.
 func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
-	r.x.put(h.t, pk, "", nil, cols, nil)
+	r.x.put(h.t, pk, "", cols, nil)
 }
 
 // RawRow is an immutable row built once and written any number of times.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -46,33 +47,70 @@ func colsSize(cols []storage.Value) int {
 // or an absent read validates against it, the way Silo validates Masstree
 // node versions.
 //
-// The layout is for a lookup's cache misses: the struct is 120 bytes, so
-// the allocator gives it a 128-byte, line-aligned slot, and its first line
+// The layout is for a lookup's cache misses: the struct is padded to 128
+// bytes, so the allocator gives it a 128-byte, line-aligned slot (in the
+// 96-byte size class, two of every three would straddle lines), and its
+// first line
 // holds what a lookup and a commit of a table without clustering key
 // touch: the key (header and, when it fits, bytes), cl's nil check and
 // the record's TID word and row.
 type partition struct {
-	pk   string          // encoded partition key, in inl if it fits
-	cl   *clustering     // nil for a table without clustering key
-	inl  [16]byte        // pk's bytes when they fit
-	one  record          // the record of a table without clustering key
-	t    *table          //
-	keys []storage.Value // partition-key values
-	ver  atomic.Uint64   // bumped by every insert into cl's tree
+	pk  string        // encoded partition key, in inl if it fits
+	cl  *clustering   // nil for a table without clustering key
+	inl [16]byte      // pk's bytes when they fit
+	one record        // the record of a table without clustering key
+	t   *table        //
+	ver atomic.Uint64 // bumped by every insert into cl's tree
+	_   [32]byte      // the 128-byte size class
 }
 
 // clustering is a partition's ordered records, for a table with a
 // clustering key.
 type clustering struct {
 	mu   sync.RWMutex
-	tree *btree.BTreeG[*record]
+	tree *btree.BTreeG[ckItem]
+}
+
+// ckItem is a clustering tree's entry: the record with the first 16 bytes
+// of its clustering key copied beside it, big-endian and zero-padded. A
+// search compares those words and reads the record's key only when they
+// tie, so it does not chase a pointer to a record, and another to its
+// key, at every step: an ordered probe of a cold tree spent most of its
+// time in those misses (the ledger's version inserts, the Validator's
+// marks). 16 bytes hold a BIGINT column and the start of the next. The
+// padded words order keys as the keys do, or tie: where two padded
+// prefixes first differ, either both keys have a byte there, or the
+// shorter key ended and the longer one has a non-zero byte, so is
+// greater.
+type ckItem struct {
+	hi, lo uint64
+	r      *record
+}
+
+func itemOf(r *record) ckItem {
+	var b [16]byte
+	copy(b[:], r.ck)
+	return ckItem{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), r: r}
+}
+
+// probe is the item to search a tree for ck with.
+func probe(ck string) ckItem { return itemOf(&record{ck: ck}) }
+
+func itemLess(a, b ckItem) bool {
+	if a.hi != b.hi {
+		return a.hi < b.hi
+	}
+	if a.lo != b.lo {
+		return a.lo < b.lo
+	}
+	return a.r.ck < b.r.ck
 }
 
 // newPartition returns an empty partition of t for pk. It keeps a copy of
 // pk, never the caller's string: a raw transaction's caller may reuse the
 // bytes of its keys once the commit returns (RawTxn).
-func newPartition(t *table, pk string, keys []storage.Value) *partition {
-	p := &partition{t: t, keys: keys}
+func newPartition(t *table, pk string) *partition {
+	p := &partition{t: t}
 	if len(pk) <= len(p.inl) {
 		n := copy(p.inl[:], pk)
 		pk = unsafe.String(&p.inl[0], n)
@@ -81,15 +119,13 @@ func newPartition(t *table, pk string, keys []storage.Value) *partition {
 	}
 	p.pk = pk
 	if t.clustered() {
-		p.cl = &clustering{tree: btree.NewG(16, recordLess)}
+		p.cl = &clustering{tree: btree.NewG(16, itemLess)}
 	} else {
 		p.one.p = p
 		p.one.tid.Store(tidLatest | tidAbsent)
 	}
 	return p
 }
-
-func recordLess(a, b *record) bool { return a.ck < b.ck }
 
 // bucketCount is the number of structure versions per table that guard the
 // partition map against phantoms: creating or unlinking a partition bumps
@@ -316,26 +352,21 @@ func (t *table) partition(h uint64, pk string) (*partition, *atomic.Uint64, uint
 // absent record) if missing. keys decodes pk lazily when it is nil.
 // created reports a new partition, whose bucket version this call bumped
 // from the returned old value.
-func (t *table) makePartition(h uint64, pk string, keys []storage.Value) (p *partition, created bool, old uint64, err error) {
+func (t *table) makePartition(h uint64, pk string) (p *partition, created bool, old uint64) {
 	sh := t.shardOf(h)
 	if p := sh.find(h, pk); p != nil {
-		return p, false, 0, nil
+		return p, false, 0
 	}
-	if keys == nil {
-		if keys, err = t.decodePartition(pk); err != nil {
-			return nil, false, 0, err
-		}
-	}
-	np := newPartition(t, pk, keys)
+	np := newPartition(t, pk)
 	sh.mu.Lock()
 	if p := sh.find(h, pk); p != nil {
 		sh.mu.Unlock()
-		return p, false, 0, nil
+		return p, false, 0
 	}
 	sh.insertLocked(h, np)
 	old = t.bucketOf(h).Add(1) - 1
 	sh.mu.Unlock()
-	return np, true, old, nil
+	return np, true, old
 }
 
 func newRecord(p *partition, ck string) *record {
@@ -352,8 +383,8 @@ func (p *partition) lookup(ck string) (*record, uint64) {
 	}
 	p.cl.mu.RLock()
 	defer p.cl.mu.RUnlock()
-	r, _ := p.cl.tree.Get(&record{ck: ck})
-	return r, p.ver.Load()
+	it, _ := p.cl.tree.Get(probe(ck))
+	return it.r, p.ver.Load()
 }
 
 // makeRecord returns the record for ck, inserting an absent one if
@@ -368,11 +399,11 @@ func (p *partition) makeRecord(ck string) (r *record, created bool, old uint64) 
 	}
 	p.cl.mu.Lock()
 	defer p.cl.mu.Unlock()
-	if r, ok := p.cl.tree.Get(&record{ck: ck}); ok {
-		return r, false, 0
+	if it, ok := p.cl.tree.Get(probe(ck)); ok {
+		return it.r, false, 0
 	}
 	r = newRecord(p, ck)
-	p.cl.tree.ReplaceOrInsert(r)
+	p.cl.tree.ReplaceOrInsert(itemOf(r))
 	return r, true, p.ver.Add(1) - 1
 }
 
@@ -385,33 +416,32 @@ func (p *partition) rangeRecords(lo, hi string, desc bool, n int, out []*record)
 	}
 	p.cl.mu.RLock()
 	defer p.cl.mu.RUnlock()
-	visit := func(r *record) bool {
-		out = append(out, r)
+	visit := func(it ckItem) bool {
+		out = append(out, it.r)
 		return n <= 0 || len(out) < n
 	}
-	loR := &record{ck: lo}
 	switch {
 	case !desc && hi == "":
-		p.cl.tree.AscendGreaterOrEqual(loR, visit)
+		p.cl.tree.AscendGreaterOrEqual(probe(lo), visit)
 	case !desc:
-		p.cl.tree.AscendRange(loR, &record{ck: hi}, visit)
+		p.cl.tree.AscendRange(probe(lo), probe(hi), visit)
 	default:
 		// DescendRange is (lessOrEqual, greaterThan]; walk down from just
 		// below hi and stop below lo.
-		down := func(r *record) bool {
-			if r.ck < lo {
+		down := func(it ckItem) bool {
+			if it.r.ck < lo {
 				return false
 			}
-			return visit(r)
+			return visit(it)
 		}
 		if hi == "" {
 			p.cl.tree.Descend(down)
 		} else {
-			p.cl.tree.DescendLessOrEqual(&record{ck: hi}, func(r *record) bool {
-				if r.ck >= hi {
+			p.cl.tree.DescendLessOrEqual(probe(hi), func(it ckItem) bool {
+				if it.r.ck >= hi {
 					return true
 				}
-				return down(r)
+				return down(it)
 			})
 		}
 	}

@@ -55,8 +55,7 @@ type wkey struct {
 // merged into the row current under the record's lock.
 type writeEntry struct {
 	wkey
-	h     uint64          // pk's hash in its table
-	pkeys []storage.Value // partition-key values, if known
+	h     uint64 // pk's hash in its table
 	del   bool
 	cols  []storage.Value
 	set   []bool
@@ -208,11 +207,11 @@ func (x *tx) partial(n int) (cols []storage.Value, set []bool) {
 }
 
 // put buffers a write of the set columns (set nil: all columns).
-func (x *tx) put(t *table, pk, ck string, pkeys, cols []storage.Value, set []bool) {
+func (x *tx) put(t *table, pk, ck string, cols []storage.Value, set []bool) {
 	k, h := wkey{t, pk, ck}, t.hash(pk)
 	i := x.findWrite(k, h)
 	if i < 0 {
-		x.addWrite(writeEntry{wkey: k, h: h, pkeys: pkeys, cols: cols, set: set})
+		x.addWrite(writeEntry{wkey: k, h: h, cols: cols, set: set})
 		return
 	}
 	x.last = i
@@ -239,19 +238,19 @@ func (x *tx) put(t *table, pk, ck string, pkeys, cols []storage.Value, set []boo
 	w.del = false
 }
 
-func (x *tx) del(t *table, pk, ck string, pkeys []storage.Value) {
+func (x *tx) del(t *table, pk, ck string) {
 	k, h := wkey{t, pk, ck}, t.hash(pk)
 	if i := x.findWrite(k, h); i >= 0 {
 		w := &x.writes[i]
 		w.del, w.cols, w.set, w.full = true, nil, nil, nil
 		return
 	}
-	x.addWrite(writeEntry{wkey: k, h: h, pkeys: pkeys, del: true})
+	x.addWrite(writeEntry{wkey: k, h: h, del: true})
 }
 
 // putRow buffers a write of a whole prebuilt row.
 func (x *tx) putRow(t *table, pk, ck string, r *row) {
-	x.put(t, pk, ck, nil, r.cols, nil)
+	x.put(t, pk, ck, r.cols, nil)
 	x.writes[x.last].full = r
 }
 
@@ -418,10 +417,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		p, createdP := x.cand[i], false
 		if p == nil {
 			var old uint64
-			var err error
-			if p, createdP, old, err = wr.t.makePartition(wr.h, wr.pk, wr.pkeys); err != nil {
-				return 0, err
-			}
+			p, createdP, old = wr.t.makePartition(wr.h, wr.pk)
 			if createdP {
 				if x.bumped(idx, wr.t.bucketOf(wr.h), old) && p.cl != nil {
 					// This transaction read the partition as missing,
