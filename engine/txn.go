@@ -55,11 +55,11 @@ type wkey struct {
 // merged into the row current under the record's lock.
 type writeEntry struct {
 	wkey
-	h     uint64 // pk's hash in its table
-	del   bool
-	cols  []storage.Value
-	set   []bool
-	full  *row // the whole row, prebuilt (raw API); nil otherwise
+	h    uint64 // pk's hash in its table
+	del  bool
+	cols []storage.Value
+	set  []bool
+	full *row // the whole row, prebuilt (raw API); nil otherwise
 
 	r   *record // resolved at commit
 	old uint64  // TID word at lock time
