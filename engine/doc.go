@@ -12,7 +12,8 @@
 // of a table without clustering key holds its one record inline, in the
 // same cache line as its key; otherwise its records sit in a
 // github.com/google/btree B-tree ordered by encoded clustering key, under
-// the partition's lock. Every scan of the storage API stays inside one
+// the partition's lock; each entry carries the key's first 16 bytes, so a
+// search compares words and reads a record only on a tie. Every scan of the storage API stays inside one
 // partition, so an ordered index per partition is all that is needed, and
 // the hash table in front costs fewer cache misses per lookup than an
 // ordered structure over all keys: two, the slot and the partition. Writes
