@@ -13,12 +13,12 @@
 // same cache line as its key; otherwise its records sit in a
 // github.com/google/btree B-tree ordered by encoded clustering key, under
 // the partition's lock; each entry carries the key's first 16 bytes, so a
-// search compares words and reads a record only on a tie. Every scan of the storage API stays inside one
-// partition, so an ordered index per partition is all that is needed, and
-// the hash table in front costs fewer cache misses per lookup than an
-// ordered structure over all keys: two, the slot and the partition. Writes
-// are not looked up when buffered; commit resolves them all at once, so
-// their misses overlap (txn.go, resolve). Keys are encoded to order-preserving
+// search compares words and reads a record only on a tie. Every scan of
+// the storage API stays inside one partition, so an ordered index per
+// partition is all that is needed, and the hash table in front costs
+// fewer cache misses per lookup than an ordered structure over all keys:
+// two, the slot and the partition. Writes are not looked up when
+// buffered; commit resolves them all at once, so their misses overlap (txn.go, resolve). Keys are encoded to order-preserving
 // bytes (key.go). Each record has a TID word (tid.go): lock, latest and
 // absent bits, a 40-bit epoch and a 21-bit sequence. Deleted records stay
 // in the index, absent, so a transaction that read them still validates

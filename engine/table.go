@@ -50,10 +50,9 @@ func colsSize(cols []storage.Value) int {
 // The layout is for a lookup's cache misses: the struct is padded to 128
 // bytes, so the allocator gives it a 128-byte, line-aligned slot (in the
 // 96-byte size class, two of every three would straddle lines), and its
-// first line
-// holds what a lookup and a commit of a table without clustering key
-// touch: the key (header and, when it fits, bytes), cl's nil check and
-// the record's TID word and row.
+// first line holds what a lookup and a commit of a table without
+// clustering key touch: the key (header and, when it fits, bytes), cl's
+// nil check and the record's TID word and row.
 type partition struct {
 	pk  string        // encoded partition key, in inl if it fits
 	cl  *clustering   // nil for a table without clustering key
@@ -349,8 +348,8 @@ func (t *table) partition(h uint64, pk string) (*partition, *atomic.Uint64, uint
 }
 
 // makePartition returns pk's partition, creating it (empty, or with an
-// absent record) if missing. keys decodes pk lazily when it is nil.
-// created reports a new partition, whose bucket version this call bumped
+// absent record) if missing. It does not check that pk decodes: the
+// caller encoded it, or (recovery) checked it. created reports a new partition, whose bucket version this call bumped
 // from the returned old value.
 func (t *table) makePartition(h uint64, pk string) (p *partition, created bool, old uint64) {
 	sh := t.shardOf(h)
