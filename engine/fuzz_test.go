@@ -110,3 +110,29 @@ func FuzzKeyDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestApplyRefusesBadPartitionKey: a recovered write whose partition key
+// does not decode is malformed and creates no partition; one that does
+// is installed.
+func TestApplyRefusesBadPartitionKey(t *testing.T) {
+	db := fuzzDB(t)
+	a, _ := db.cat.lookup("", "f", "a")
+	write := func(pk string) []byte {
+		e := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
+		return appendWrite(e, a.id, pk, "", &row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
+	}
+	bad := "\x00\x01\x02" // a BIGINT key is 8 bytes
+	if n, err := db.applyEntries(write(bad), 0); err == nil {
+		t.Fatalf("a 3-byte BIGINT partition key applied (%d entries)", n)
+	}
+	if p := a.shardOf(a.hash(bad)).find(a.hash(bad), bad); p != nil {
+		t.Fatal("the refused write created its partition")
+	}
+	good := a.encodePartition(storage.Values{"k": storage.BigInt(7)})
+	if n, err := db.applyEntries(write(good), 0); n != 1 || err != nil {
+		t.Fatalf("a well-formed write: %d, %v", n, err)
+	}
+	if p := a.shardOf(a.hash(good)).find(a.hash(good), good); p == nil {
+		t.Fatal("the applied write has no partition")
+	}
+}
