@@ -133,9 +133,9 @@ func (tb *table) rowFromKey(part, clus storage.Values, cols []storage.Value, pro
 	return out
 }
 
-// rowFromStored builds a result row from stored keys; ckeys is the
-// decoded clustering key, nil unless the projection asks for part of it
-// (wantsClustering).
+// rowFromStored builds a result row from stored keys; pkeys and ckeys are
+// the partition and clustering keys' values, each nil unless the
+// projection asks for part of it (wantsClustering).
 func (tb *table) rowFromStored(pkeys, ckeys, cols []storage.Value, proj []string) storage.Row {
 	out := make(storage.Row, rowSize(len(pkeys)+len(ckeys)+len(cols), proj))
 	for i, c := range tb.schema.PartitionKey {
@@ -357,7 +357,10 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 		clear(rows[s.Limit:]) // Close clears only the rows it holds
 		rows = rows[:s.Limit]
 	}
-	pkeys := tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
+	var pkeys []storage.Value // nil unless the projection asks for part of the partition key
+	if slices.ContainsFunc(tb.schema.PartitionKey, func(c storage.Column) bool { return wanted(s.Projection, c.Name) }) {
+		pkeys = tb.schema.KeyValues(s.Partition, nil)[:len(tb.schema.PartitionKey)]
+	}
 	if tb.wantsClustering(s.Projection) {
 		for i := range rows {
 			var err error

@@ -399,12 +399,13 @@ func checkTID(tid, epoch uint64) error {
 // higher TID.
 func apply(t *table, w logWrite, tid uint64) error {
 	h := t.hash(w.pk)
-	if t.shardOf(h).find(h, w.pk) == nil {
+	p := t.shardOf(h).find(h, w.pk)
+	if p == nil { // a key not seen yet: check it decodes before it is kept
 		if _, err := t.decodePartition(w.pk); err != nil {
 			return malformed("partition key: %v", err)
 		}
+		p, _, _ = t.makePartition(h, w.pk)
 	}
-	p, _, _ := t.makePartition(h, w.pk)
 	if t.clustered() {
 		if _, err := t.decodeClustering(w.ck); err != nil {
 			return malformed("clustering key: %v", err)
