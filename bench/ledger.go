@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,12 @@ type LedgerConfig struct {
 	Warmup    time.Duration // per thread count, not measured
 	Duration  time.Duration // measured, per thread count
 	LoadBatch int           // assets per bulk-load transaction; 0 = 200
+	// Rounds, when the executor is a Validator, is how many times the
+	// logged and the unlogged runs alternate at each thread count: on then
+	// off in even rounds, off then on in odd ones, so that neither always
+	// runs first after the warmup (nor last, after the other's history
+	// has grown). A point reports each mode's median round. 0 means 1.
+	Rounds int
 	Loaders   int           // concurrent bulk-load requests; 0 = 4
 	Seed      uint64
 	// CPU, if set, is the clock of the CPU time that serving the calls
@@ -40,8 +48,11 @@ func (c *LedgerConfig) validate() error {
 	if c.Loaders == 0 {
 		c.Loaders = 4
 	}
-	if c.Records < 2 || c.Payload < 0 || len(c.Threads) == 0 || c.Duration <= 0 || c.Warmup < 0 || c.LoadBatch < 1 || c.Loaders < 1 {
-		return errors.New("bench: ledger needs ≥ 2 records, thread counts, a positive duration")
+	if c.Rounds == 0 {
+		c.Rounds = 1
+	}
+	if c.Records < 2 || c.Payload < 0 || len(c.Threads) == 0 || c.Duration <= 0 || c.Warmup < 0 || c.LoadBatch < 1 || c.Loaders < 1 || c.Rounds < 1 {
+		return errors.New("bench: ledger needs ≥ 2 records, thread counts, a positive duration, at least one round")
 	}
 	for _, t := range c.Threads {
 		if t < 1 {
@@ -67,6 +78,9 @@ type LedgerPoint struct {
 	// Off is the same workload and threads through the bare client, in
 	// the same run, when the measured executor is a Validator.
 	Off *LedgerPoint `json:"validator_off,omitempty"`
+	// RoundsTPS is every round's tx/s, in the order run, when there was
+	// more than one (LedgerConfig.Rounds); the point is the median one.
+	RoundsTPS []float64 `json:"rounds_tx_per_s,omitempty"`
 	// FloorRPS is the baseline: GetTxState calls/s through the same server
 	// and client with the same threads — one authenticated-free round trip
 	// with one storage read, the most this path can carry.
@@ -186,16 +200,35 @@ func RunLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerC
 				return out, err
 			}
 		}
-		p, err := runLedgerLoop(ctx, c, exec, cfg, threads, cfg.Duration, uint64(i)*1000+2, false)
-		if err != nil {
-			return out, err
-		}
-		if exec != Executor(c) {
-			off, err := runLedgerLoop(ctx, c, c, cfg, threads, cfg.Duration, uint64(i)*1000+4, false)
-			if err != nil {
+		var p LedgerPoint
+		if exec == Executor(c) {
+			var err error
+			if p, err = runLedgerLoop(ctx, c, exec, cfg, threads, cfg.Duration, uint64(i)*1000+2, false); err != nil {
 				return out, err
 			}
-			p.Off = &off
+		} else {
+			var on, off []LedgerPoint
+			for r := range cfg.Rounds {
+				for k := range 2 {
+					logged := k == r%2 // on first in even rounds
+					run, seed := exec, uint64(i)*1000+uint64(r)*10+2
+					if !logged {
+						run, seed = c, seed+2
+					}
+					q, err := runLedgerLoop(ctx, c, run, cfg, threads, cfg.Duration, seed, false)
+					if err != nil {
+						return out, err
+					}
+					if logged {
+						on = append(on, q)
+					} else {
+						off = append(off, q)
+					}
+				}
+			}
+			p = medianPoint(on)
+			offMedian := medianPoint(off)
+			p.Off = &offMedian
 		}
 		floor, err := runLedgerLoop(ctx, c, c, cfg, threads, min(cfg.Duration, 3*time.Second), uint64(i)*1000+3, true)
 		if err != nil {
@@ -208,6 +241,20 @@ func RunLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerC
 		}
 	}
 	return out, nil
+}
+
+// medianPoint is the point of median tx/s (the lower of the middle two
+// for an even count), with every round's tx/s in RoundsTPS if there was
+// more than one.
+func medianPoint(ps []LedgerPoint) LedgerPoint {
+	sorted := slices.SortedFunc(slices.Values(ps), func(a, b LedgerPoint) int { return cmp.Compare(a.TPS, b.TPS) })
+	m := sorted[(len(sorted)-1)/2]
+	if len(ps) > 1 {
+		for _, q := range ps {
+			m.RoundsTPS = append(m.RoundsTPS, q.TPS)
+		}
+	}
+	return m
 }
 
 // runLedgerLoop runs threads closed-loop clients for d. With floor, each

@@ -111,6 +111,9 @@ round trips/s through the same client and server (no signature, one storage read
 				if p.Off != nil {
 					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000)
 				}
+				if len(p.RoundsTPS) > 1 {
+					fmt.Fprintf(errw, "  medians of %d rounds; tx/s on %s, off %s\n", len(p.RoundsTPS), roundsCell(p.RoundsTPS), roundsCell(p.Off.RoundsTPS))
+				}
 			})
 			if err != nil {
 				return err
@@ -128,8 +131,12 @@ round trips/s through the same client and server (no signature, one storage read
 				return enc.Encode(map[string]any{"workload": cfg.Workload, "auth": authName, "backend": be,
 					"payload": cfg.Payload, "load": load, "validator": validatorMode, "validator_db": vf.db, "points": points})
 			}
-			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, validator %s, %d assets × %d-byte payload, %s per point\n",
-				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, cfg.Duration)
+			per := cfg.Duration.String() + " per point"
+			if validatorMode == "on" && cfg.Rounds > 1 {
+				per = fmt.Sprintf("%s per run, medians of %d alternating rounds", cfg.Duration, cfg.Rounds)
+			}
+			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, validator %s, %d assets × %d-byte payload, %s\n",
+				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, per)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			if validatorMode == "on" {
 				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\tlogging cost\tfloor rpc/s\t\n")
@@ -166,9 +173,19 @@ round trips/s through the same client and server (no signature, one storage read
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
 	f.StringVar(&validatorMode, "validator", "off", "on: execute through a Validator (logging phase), and run each point again with it off")
+	f.IntVar(&cfg.Rounds, "rounds", 1, "with --validator on: rounds of the logged and unlogged runs, alternating which goes first; the medians are reported")
 	f.BoolVar(&split, "split", false, "start the server as a child process pinned to one CPU, and run the clients (and Validator) on the others")
 	vf.add(cmd)
 	return cmd
+}
+
+// roundsCell lists a point's rounds' tx/s.
+func roundsCell(tps []float64) string {
+	s := make([]string, len(tps))
+	for i, v := range tps {
+		s[i] = strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strings.Join(s, " / ")
 }
 
 // cpuCell is a table cell for CPU µs per call: "-" when not measured

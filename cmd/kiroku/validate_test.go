@@ -116,12 +116,15 @@ func TestBenchValidate(t *testing.T) {
 }
 
 func TestBenchLedgerValidator(t *testing.T) {
-	out, err := run(t, "bench", "ledger", "--records", "60", "--threads", "2", "--warmup", "0s", "--duration", "300ms",
-		"--load-batch", "25", "--validator", "on", "--json")
+	out, err := run(t, "bench", "ledger", "--records", "60", "--threads", "2", "--warmup", "0s", "--duration", "200ms",
+		"--load-batch", "25", "--validator", "on", "--rounds", "3", "--json")
 	if err != nil {
 		t.Fatalf("bench ledger --validator on: %v\n%s", err, out)
 	}
-	checkValidatorPoint(t, out)
+	checkValidatorPoint(t, out, 3)
+	if _, err := run(t, "bench", "ledger", "--records", "60", "--validator", "on", "--rounds", "-1"); err == nil || !strings.Contains(err.Error(), "round") {
+		t.Errorf("--rounds -1: %v", err)
+	}
 }
 
 // TestBenchLedgerSplit runs the bench with the server in a child process
@@ -145,7 +148,7 @@ func TestBenchLedgerSplit(t *testing.T) {
 	if _, err := fmt.Sscanf(out[max(0, strings.Index(out, "ledger server: pid")):], "ledger server: pid %d on CPU %d", &pid, &cpu); err != nil || cpu != cpus[0] {
 		t.Fatalf("no child server reported on CPU %d (%v):\n%s", cpus[0], err, out)
 	}
-	if be := checkValidatorPoint(t, out); !strings.Contains(be, "own CPU") {
+	if be := checkValidatorPoint(t, out, 1); !strings.Contains(be, "own CPU") {
 		t.Fatalf("bench ledger --split reports backend %q", be)
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
@@ -160,21 +163,36 @@ func TestBenchLedgerSplit(t *testing.T) {
 }
 
 // checkValidatorPoint checks that the JSON of a one-point bench ledger
-// --validator on run measured both modes, and returns its backend.
-func checkValidatorPoint(t *testing.T, out string) string {
+// --validator on run measured both modes, each the median of its rounds,
+// and returns its backend.
+func checkValidatorPoint(t *testing.T, out string, rounds int) string {
 	t.Helper()
+	type point struct {
+		TPS    float64   `json:"tx_per_s"`
+		Rounds []float64 `json:"rounds_tx_per_s"`
+	}
 	var res struct {
 		Backend string
 		Points  []struct {
-			TPS float64 `json:"tx_per_s"`
-			Off *struct {
-				TPS float64 `json:"tx_per_s"`
-			} `json:"validator_off"`
+			point
+			Off *point `json:"validator_off"`
 		}
 	}
 	jsonOf(t, out, &res)
 	if len(res.Points) != 1 || res.Points[0].TPS <= 0 || res.Points[0].Off == nil || res.Points[0].Off.TPS <= 0 {
 		t.Fatalf("bench ledger --validator on: %+v", res)
+	}
+	for mode, p := range map[string]point{"on": res.Points[0].point, "off": *res.Points[0].Off} {
+		if rounds == 1 {
+			if p.Rounds != nil {
+				t.Errorf("%s: one round, rounds listed: %v", mode, p.Rounds)
+			}
+			continue
+		}
+		sorted := slices.Sorted(slices.Values(p.Rounds))
+		if len(p.Rounds) != rounds || p.TPS != sorted[(rounds-1)/2] {
+			t.Errorf("%s: %v tx/s, rounds %v; want the median of %d", mode, p.TPS, p.Rounds, rounds)
+		}
 	}
 	return res.Backend
 }
