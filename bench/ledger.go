@@ -30,9 +30,9 @@ type LedgerConfig struct {
 	// off in even rounds, off then on in odd ones, so that neither always
 	// runs first after the warmup (nor last, after the other's history
 	// has grown). A point reports each mode's median round. 0 means 1.
-	Rounds int
-	Loaders   int           // concurrent bulk-load requests; 0 = 4
-	Seed      uint64
+	Rounds  int
+	Loaders int // concurrent bulk-load requests; 0 = 4
+	Seed    uint64
 	// CPU, if set, is the clock of the CPU time that serving the calls
 	// costs (CPUClock); each point then reports CPU time per call.
 	CPU func() (time.Duration, error)
