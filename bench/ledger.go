@@ -25,14 +25,14 @@ type LedgerConfig struct {
 	Warmup    time.Duration // per thread count, not measured
 	Duration  time.Duration // measured, per thread count
 	LoadBatch int           // assets per bulk-load transaction; 0 = 200
+	Loaders   int           // concurrent bulk-load requests; 0 = 4
+	Seed      uint64
 	// Rounds, when the executor is a Validator, is how many times the
 	// logged and the unlogged runs alternate at each thread count: on then
 	// off in even rounds, off then on in odd ones, so that neither always
 	// runs first after the warmup (nor last, after the other's history
 	// has grown). A point reports each mode's median round. 0 means 1.
-	Rounds  int
-	Loaders int // concurrent bulk-load requests; 0 = 4
-	Seed    uint64
+	Rounds int
 	// CPU, if set, is the clock of the CPU time that serving the calls
 	// costs (CPUClock); each point then reports CPU time per call.
 	CPU func() (time.Duration, error)
