@@ -188,7 +188,8 @@ func randomPayload(r *mrand.Rand, n int) string {
 // RunLedger measures cfg.Workload through exec at each thread count, each
 // preceded by its warmup and followed by the floor baseline for the same
 // threads. If exec is not c itself (a Validator), the same workload also
-// runs through c alone, for the comparison in Off.
+// runs through c alone, for the comparison in Off, in cfg.Rounds
+// alternating rounds.
 func RunLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, progress func(LedgerPoint)) ([]LedgerPoint, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

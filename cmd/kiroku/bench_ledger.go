@@ -66,6 +66,9 @@ round trips/s through the same client and server (no signature, one storage read
 			if err != nil {
 				return fmt.Errorf("--auth: %w", err)
 			}
+			if validatorMode != "on" && cfg.Rounds != 1 {
+				return errors.New("--rounds alternates the runs with and without the Validator: it needs --validator on")
+			}
 			if split && serverAddr != "" {
 				return errors.New("--split starts its own server; it cannot be used with --server")
 			}

@@ -125,6 +125,9 @@ func TestBenchLedgerValidator(t *testing.T) {
 	if _, err := run(t, "bench", "ledger", "--records", "60", "--validator", "on", "--rounds", "-1"); err == nil || !strings.Contains(err.Error(), "round") {
 		t.Errorf("--rounds -1: %v", err)
 	}
+	if _, err := run(t, "bench", "ledger", "--records", "60", "--rounds", "3"); err == nil || !strings.Contains(err.Error(), "--validator on") {
+		t.Errorf("--rounds 3 without the Validator: %v", err)
+	}
 }
 
 // TestBenchLedgerSplit runs the bench with the server in a child process
