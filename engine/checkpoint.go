@@ -8,7 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,12 +20,18 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// A checkpoint is a file checkpoint-<start epoch> of framed chunks:
+// A checkpoint is a file of framed chunks, full or delta:
+//
+//	checkpoint-<Cs>        full: every record present
+//	delta-<Cs>-<B>         delta: every record whose TID is of an epoch ≥ B,
+//	                       the start of the checkpoint before it; a deleted
+//	                       record as a tombstone
 //
 //	chunk   = u32 LE length | u32 LE CRC-32C of payload | payload
-//	payload = 1 entry*                        (a data chunk, ≤ ~1 MiB)
-//	        | 2 "kiroku-ckpt" uvarint(Cs) uvarint(Ce) uvarint(rows)   (the trailer, last)
-//	entry   = tid (8 bytes LE) write          (write: see codec.go, always a put)
+//	payload = 1 entry*                                    (a data chunk, ≤ ~1 MiB)
+//	        | 2 magic uvarint(Cs) uvarint(Ce) uvarint(rows) [uvarint(B)]  (the trailer, last)
+//	magic   = "kiroku-ckpt" (full) | "kiroku-delta" (delta, with B)
+//	entry   = tid (8 bytes LE) write          (write: see codec.go; a delete only in a delta)
 //
 // Checkpointing does not stop writers (SiloR). It starts at epoch Cs, once
 // every commit of an earlier epoch is installed, walks every table reading
@@ -35,13 +41,27 @@ import (
 // fuzzy checkpoint plus the log of the epochs from Cs on reproduces a
 // consistent state, because replay keeps, per key, the highest TID. Once
 // the file is in place, the log prefix of epochs before Cs is truncated.
+//
+// A chain is a full checkpoint and the deltas after it, each delta's B
+// the Cs of the file before it. Loading every file of a chain, highest
+// TID winning, gives for each record a version at least as new as the
+// last one of an epoch before the newest Cs, which is all the log from
+// that Cs on needs. By induction over the chain: for a record whose last
+// version before Cs_k is of an epoch ≥ B = Cs_(k−1), the walk of delta k,
+// which begins once that version is installed, writes it or a newer one;
+// for one whose last version before Cs_k is older than B, that is also
+// its last version before Cs_(k−1), which the chain up to k−1 holds.
+// Records are never unlinked from their tables, so a delete is a record
+// with a newer TID, and the walk finds it.
 
 const (
 	ckptPrefix   = "checkpoint-"
+	deltaPrefix  = "delta-"
 	ckptTmp      = ".tmp"
 	ckptChunk    = 1 << 20
 	ckptMaxChunk = ckptChunk + maxRowBytes + 1<<10
 	ckptMagic    = "kiroku-ckpt"
+	deltaMagic   = "kiroku-delta"
 	chunkData    = 1
 	chunkTrailer = 2
 )
@@ -60,22 +80,56 @@ func (e *CorruptionError) Error() string {
 }
 func (e *CorruptionError) Unwrap() error { return e.Err }
 
-func ckptName(cs uint64) string { return fmt.Sprintf("%s%020d", ckptPrefix, cs) }
+// ckptFile names a checkpoint: full if base is 0, else a delta over the
+// checkpoint that began at epoch base.
+type ckptFile struct {
+	cs, base uint64
+}
 
-func parseCkptName(name string) (uint64, bool) {
-	if !strings.HasPrefix(name, ckptPrefix) || strings.HasSuffix(name, ckptTmp) {
-		return 0, false
+func (f ckptFile) delta() bool { return f.base != 0 }
+
+func (f ckptFile) name() string {
+	if f.delta() {
+		return fmt.Sprintf("%s%020d-%020d", deltaPrefix, f.cs, f.base)
 	}
-	cs, err := strconv.ParseUint(name[len(ckptPrefix):], 10, 64)
-	return cs, err == nil
+	return fmt.Sprintf("%s%020d", ckptPrefix, f.cs)
+}
+
+// parseCkptName parses a complete checkpoint's name, full or delta.
+func parseCkptName(name string) (ckptFile, bool) {
+	if strings.HasSuffix(name, ckptTmp) {
+		return ckptFile{}, false
+	}
+	if rest, ok := strings.CutPrefix(name, ckptPrefix); ok {
+		cs, err := strconv.ParseUint(rest, 10, 64)
+		return ckptFile{cs: cs}, err == nil && cs != 0
+	}
+	if rest, ok := strings.CutPrefix(name, deltaPrefix); ok {
+		a, b, found := strings.Cut(rest, "-")
+		cs, err1 := strconv.ParseUint(a, 10, 64)
+		base, err2 := strconv.ParseUint(b, 10, 64)
+		return ckptFile{cs: cs, base: base}, found && err1 == nil && err2 == nil && base != 0 && base < cs
+	}
+	return ckptFile{}, false
+}
+
+// ckptChain is what recovery would load: the last full checkpoint and the
+// deltas after it.
+type ckptChain struct {
+	last       uint64 // Cs of the chain's newest file; 0 if there is none
+	fullBytes  int64  // the size of its full checkpoint
+	deltaBytes int64  // the sizes of its deltas, summed
 }
 
 // CheckpointStats describe one checkpoint.
 type CheckpointStats struct {
 	Start, End uint64 // epochs Cs and Ce
-	Rows       int
-	Bytes      int64
-	Duration   time.Duration
+	// Base is, for a delta, the start of the checkpoint it follows: it
+	// holds the records written from that epoch on. 0 for a full one.
+	Base     uint64
+	Rows     int
+	Bytes    int64
+	Duration time.Duration
 }
 
 func (db *DB) checkpointLoop() {
@@ -98,7 +152,11 @@ func (db *DB) checkpointLoop() {
 			db.cfg.Logf("engine: checkpoint: %v", err)
 			continue
 		}
-		db.cfg.Logf("engine: checkpoint of epochs %d..%d: %d rows, %d bytes in %v", st.Start, st.End, st.Rows, st.Bytes, st.Duration)
+		kind := "full"
+		if st.Base != 0 {
+			kind = fmt.Sprintf("delta since epoch %d", st.Base)
+		}
+		db.cfg.Logf("engine: checkpoint of epochs %d..%d (%s): %d rows, %d bytes in %v", st.Start, st.End, kind, st.Rows, st.Bytes, st.Duration)
 	}
 }
 
@@ -115,7 +173,8 @@ func (db *DB) noteLogged(n int64) {
 }
 
 // Checkpoint writes a checkpoint now, without stopping writers, and then
-// truncates the log it covers. A failure to write or sync the file is
+// truncates the log it covers. It is a delta or a full one as
+// Config.CheckpointDeltaShare decides (CheckpointStats.Base tells). A failure to write or sync the file is
 // fatal to the engine, like any fsync failure.
 func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 	db.ckptMu.Lock()
@@ -145,8 +204,14 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		}
 		backoff(spins)
 	}
-	tmp := db.fs.PathJoin(db.cfg.Dir, ckptName(cs)+ckptTmp)
-	st, err := db.writeCheckpoint(tmp, cs)
+	// A delta follows the chain's newest file; it needs a later start.
+	file := ckptFile{cs: cs}
+	if ch := db.chain; ch.last != 0 && ch.last < cs && float64(ch.deltaBytes) < db.cfg.CheckpointDeltaShare*float64(ch.fullBytes) {
+		file.base = ch.last
+	}
+	final := db.fs.PathJoin(db.cfg.Dir, file.name())
+	tmp := final + ckptTmp
+	st, err := db.writeCheckpoint(tmp, file)
 	if err != nil {
 		db.fs.Remove(tmp)
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -159,7 +224,7 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.fs.Remove(tmp)
 		return st, err
 	}
-	if err := db.fs.Rename(tmp, db.fs.PathJoin(db.cfg.Dir, ckptName(cs))); err != nil {
+	if err := db.fs.Rename(tmp, final); err != nil {
 		db.fail(fmt.Errorf("checkpoint: %w", err))
 		return st, err
 	}
@@ -167,12 +232,12 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.fail(fmt.Errorf("checkpoint: %w", err))
 		return st, err
 	}
-	// Older checkpoints and the log before cs are no longer needed.
-	names, _ := db.fs.List(db.cfg.Dir)
-	for _, n := range names {
-		if old, ok := parseCkptName(n); ok && old < cs {
-			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n))
-		}
+	if file.delta() {
+		db.chain.last = cs
+		db.chain.deltaBytes += st.Bytes
+	} else {
+		db.chain = ckptChain{last: cs, fullBytes: st.Bytes}
+		db.removeBefore(file)
 	}
 	if db.cfg.Log == LogWAL {
 		for _, lg := range db.loggers {
@@ -186,8 +251,11 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 	return st, nil
 }
 
-func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
-	st := CheckpointStats{Start: cs}
+// writeCheckpoint writes checkpoint file to path: every record present, or
+// for a delta every record whose TID is of an epoch ≥ file.base, present
+// or deleted.
+func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, error) {
+	st := CheckpointStats{Start: file.cs, Base: file.base}
 	f, err := db.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return st, err
@@ -216,16 +284,27 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 	emit := func(t *table) error {
 		for i := range batch {
 			c := &batch[i]
+			// A delta passes over a record its chain holds already: one
+			// whose TID, locked or not, is older than the base (a commit
+			// in progress is of an epoch ≥ Cs, and the log has it).
+			if file.delta() && tidEpoch(c.r.tid.Load()) < file.base {
+				continue
+			}
 			c.tid, c.rw = c.r.readStable()
+			c.in = tidEpoch(c.tid) != 0 && (c.tid&tidAbsent == 0 || file.delta())
 		}
 		touchRows(batch)
 		for i := range batch {
 			c := &batch[i]
-			if c.tid&tidAbsent != 0 {
+			if !c.in {
 				continue
 			}
+			rw := c.rw
+			if c.tid&tidAbsent != 0 {
+				rw = nil // a tombstone
+			}
 			buf = binary.LittleEndian.AppendUint64(buf, tidVersion(c.tid))
-			buf = appendWrite(buf, t.id, c.p.pk, c.r.ck, c.rw)
+			buf = appendWrite(buf, t.id, c.p.pk, c.r.ck, rw)
 			st.Rows++
 			if len(buf) >= ckptChunk {
 				if err := flush(chunkData); err != nil {
@@ -277,10 +356,17 @@ func (db *DB) writeCheckpoint(path string, cs uint64) (CheckpointStats, error) {
 	}
 	st.End = db.epoch.Load()
 	buf = append(buf[:8], chunkTrailer)
-	buf = append(buf, ckptMagic...)
-	buf = binary.AppendUvarint(buf, cs)
+	if file.delta() {
+		buf = append(buf, deltaMagic...)
+	} else {
+		buf = append(buf, ckptMagic...)
+	}
+	buf = binary.AppendUvarint(buf, file.cs)
 	buf = binary.AppendUvarint(buf, st.End)
 	buf = binary.AppendUvarint(buf, uint64(st.Rows))
+	if file.delta() {
+		buf = binary.AppendUvarint(buf, file.base)
+	}
 	if err := flush(0); err != nil {
 		return st, err
 	}
@@ -302,6 +388,7 @@ type ckptRec struct {
 	r   *record
 	tid uint64
 	rw  *row
+	in  bool // written out: present, or a tombstone in a delta
 }
 
 // touchSink keeps touchRows's loads from being optimized away.
@@ -340,33 +427,103 @@ func touchRows(batch []ckptRec) {
 	touchSink.Add(sum)
 }
 
-// newestCheckpoint returns the newest complete checkpoint's name, removing
-// unfinished temporary files.
-func (db *DB) newestCheckpoint() (string, bool, error) {
+// removeBefore removes, once full checkpoint f is in place, the files no
+// chain needs any more: older full checkpoints and deltas that do not
+// start after f.
+func (db *DB) removeBefore(f ckptFile) {
+	names, _ := db.fs.List(db.cfg.Dir)
+	for _, n := range names {
+		if old, ok := parseCkptName(n); ok && (old.delta() && old.cs <= f.cs || !old.delta() && old.cs < f.cs) {
+			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n))
+		}
+	}
+}
+
+// findChain returns the chain recovery loads, the newest full checkpoint
+// first and then each delta over the file before it, removing unfinished
+// temporary files. Every delta that starts after the full checkpoint must
+// be on the chain: one that is not follows a file that is missing, and
+// the log it covers may be truncated already.
+func (db *DB) findChain() ([]ckptFile, error) {
 	names, err := db.fs.List(db.cfg.Dir)
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
-	sort.Strings(names)
-	best := ""
+	var full ckptFile
+	deltas := map[uint64]ckptFile{} // by base
 	for _, n := range names {
-		if strings.HasPrefix(n, ckptPrefix) && strings.HasSuffix(n, ckptTmp) {
+		if (strings.HasPrefix(n, ckptPrefix) || strings.HasPrefix(n, deltaPrefix)) && strings.HasSuffix(n, ckptTmp) {
 			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n))
 			continue
 		}
-		if _, ok := parseCkptName(n); ok {
-			best = n
+		f, ok := parseCkptName(n)
+		switch {
+		case !ok:
+		case !f.delta():
+			full.cs = max(full.cs, f.cs)
+		case deltas[f.base].cs != 0:
+			return nil, &CorruptionError{File: n, Err: fmt.Errorf("two deltas over the checkpoint of epoch %d", f.base)}
+		default:
+			deltas[f.base] = f
 		}
 	}
-	return best, best != "", nil
+	if full.cs == 0 {
+		for _, d := range deltas {
+			return nil, &CorruptionError{File: d.name(), Err: errors.New("a delta checkpoint without a full one")}
+		}
+		return nil, nil
+	}
+	chain := []ckptFile{full}
+	for at := full.cs; ; {
+		d, ok := deltas[at]
+		if !ok {
+			break
+		}
+		chain = append(chain, d)
+		at = d.cs
+	}
+	for _, d := range deltas {
+		if d.cs > full.cs && !slices.Contains(chain, d) {
+			return nil, &CorruptionError{File: d.name(), Err: fmt.Errorf("delta over the checkpoint of epoch %d, which is missing", d.base)}
+		}
+	}
+	return chain, nil
+}
+
+// loadChain loads every file of chain and sets db.chain. It returns the
+// newest file's start and the latest end of any.
+func (db *DB) loadChain(chain []ckptFile) (cs, ce uint64, err error) {
+	db.chain = ckptChain{}
+	for _, f := range chain {
+		fcs, fce, rows, size, err := db.loadCheckpoint(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", f.name(), rows, fcs, fce)
+		cs, ce = fcs, max(ce, fce)
+		db.chain.last = fcs
+		if f.delta() {
+			db.chain.deltaBytes += size
+		} else {
+			db.chain.fullBytes = size
+		}
+	}
+	// Files a later full checkpoint made useless, if a crash came before
+	// their removal.
+	if len(chain) > 0 {
+		db.removeBefore(chain[0])
+	}
+	return cs, ce, nil
 }
 
 // loadCheckpoint reads a checkpoint and applies its rows, decoding chunks
-// on every core. It returns the trailer's epochs.
-func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
+// on every core. It returns the trailer's epochs and row count, and the
+// file's size.
+func (db *DB) loadCheckpoint(file ckptFile) (cs, ce uint64, rows int, size int64, err error) {
+	name := file.name()
 	f, err := db.fs.Open(db.fs.PathJoin(db.cfg.Dir, name))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer f.Close()
 	corrupt := func(off int64, format string, args ...any) error {
@@ -374,7 +531,7 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 	}
 	var counted atomic.Int64
 	p := startPool(runtime.GOMAXPROCS(0), func(off int64, payload []byte) error {
-		n, err := db.applyEntries(payload[1:], 0)
+		n, err := db.applyEntries(payload[1:], 0, file.delta())
 		counted.Add(int64(n))
 		if err != nil {
 			return &CorruptionError{File: name, Offset: off, Err: err}
@@ -411,14 +568,21 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 			p.submit(off, payload)
 		case chunkTrailer:
 			d := decoder{b: payload[1:]}
-			if string(d.bytes(uint64(len(ckptMagic)), "magic")) != ckptMagic {
+			magic := ckptMagic
+			if file.delta() {
+				magic = deltaMagic
+			}
+			if string(d.bytes(uint64(len(magic)), "magic")) != magic {
 				err = corrupt(off, "bad trailer")
 				break
 			}
 			cs, ce = d.uvarint("start epoch"), d.uvarint("end epoch")
 			rows = int(d.uvarint("rows"))
-			named, _ := parseCkptName(name)
-			if d.err != nil || len(d.b) != 0 || cs != named || cs > ce || ce > MaxEpoch || rows < 0 {
+			var base uint64
+			if file.delta() {
+				base = d.uvarint("base epoch")
+			}
+			if d.err != nil || len(d.b) != 0 || cs != file.cs || base != file.base || cs > ce || ce > MaxEpoch || rows < 0 {
 				err = corrupt(off, "bad trailer")
 			}
 			trailer = true
@@ -431,17 +595,18 @@ func (db *DB) loadCheckpoint(name string) (cs, ce uint64, rows int, err error) {
 		err = perr
 	}
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	if total := int(counted.Load()); total != rows {
-		return 0, 0, 0, corrupt(off, "trailer counts %d rows, chunks hold %d", rows, total)
+		return 0, 0, 0, 0, corrupt(off, "trailer counts %d rows, chunks hold %d", rows, total)
 	}
-	return cs, ce, rows, nil
+	return cs, ce, rows, off, nil
 }
 
 // applyEntries applies checkpoint entries (tid, write), keeping per key the
 // highest TID. If epoch is non-zero every TID must be of that epoch.
-func (db *DB) applyEntries(b []byte, epoch uint64) (int, error) {
+// Deletes are taken only if deletes is set (a delta's tombstones).
+func (db *DB) applyEntries(b []byte, epoch uint64, deletes bool) (int, error) {
 	d := decoder{b: b}
 	n := 0
 	for len(d.b) > 0 {
@@ -452,6 +617,9 @@ func (db *DB) applyEntries(b []byte, epoch uint64) (int, error) {
 		}
 		if err := checkTID(tid, epoch); err != nil {
 			return n, err
+		}
+		if w.del && !deletes {
+			return n, malformed("a delete in a full checkpoint")
 		}
 		n++
 		if !ok {

@@ -92,6 +92,8 @@ func crashSeed(t *testing.T, seed uint64) {
 		LogBufferSize:      4096 << rng.IntN(3),
 		CheckpointInterval: -1,
 		LogSegmentSize:     int64(16384 << rng.IntN(5)),
+		// Full checkpoints only, deltas after the first only, or both.
+		CheckpointDeltaShare: []float64{-1, 1e9, 1}[rng.IntN(3)],
 	}
 	// A slow fsync holds written, unsynced bytes for a while, so crashes
 	// land among them.

@@ -81,6 +81,17 @@ type Config struct {
 	// negative leaves checkpoints to time alone. Without periodic
 	// checkpoints it does nothing.
 	CheckpointLogSize int64
+	// CheckpointDeltaShare decides between full and delta checkpoints. A
+	// delta holds only the records written since the checkpoint before it
+	// began (deletes as tombstones), and recovery loads the last full
+	// checkpoint and every delta after it. A checkpoint is a delta while
+	// the deltas since the last full one add up to less than this share
+	// of its bytes, and full otherwise, which bounds what recovery reads
+	// to 1+share times a full checkpoint. A full checkpoint rewrites
+	// every row; in a database that keeps every version (the ledger's
+	// history), that grows with the history while the writes between two
+	// checkpoints do not. 0 means 1; negative makes every checkpoint full.
+	CheckpointDeltaShare float64
 	// Limits are the storage size limits.
 	Limits storage.Limits
 	// Logf reports recovery and checkpoint events; nil discards them.
@@ -123,6 +134,12 @@ func (c *Config) validate() error {
 	}
 	if c.CheckpointLogSize == 0 {
 		c.CheckpointLogSize = 1 << 30
+	}
+	if c.CheckpointDeltaShare == 0 {
+		c.CheckpointDeltaShare = 1
+	}
+	if c.CheckpointDeltaShare != c.CheckpointDeltaShare {
+		return errors.New("engine: Config.CheckpointDeltaShare is NaN")
 	}
 	if c.OpenSink == nil {
 		seg, recycle := c.LogSegmentSize, recycleSegments(c.CheckpointLogSize, c.Loggers, c.LogSegmentSize)
@@ -194,6 +211,10 @@ type DB struct {
 	failErr atomic.Pointer[error]
 
 	ckptMu sync.Mutex // one checkpoint at a time
+	// chain is the checkpoints recovery would load now: the last full one
+	// and the deltas after it. Guarded by ckptMu (and set by recovery
+	// before the checkpoint loop starts).
+	chain ckptChain
 	// logged counts the log bytes appended since Open, plus those recovery
 	// read; ckptBase is its value when the last checkpoint began. A logger
 	// that finds them CheckpointLogSize apart kicks the checkpoint loop.

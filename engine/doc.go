@@ -91,7 +91,13 @@
 // last one ended, or sooner once CheckpointLogSize bytes were logged since
 // the last one began (the log recovery read counts), so the log on disk
 // and the replay at Open stay bounded however fast the engine writes or
-// however briefly it stays open. Recovery loads the newest checkpoint,
+// however briefly it stays open. A checkpoint is a delta, holding only
+// the records written since the one before it began (deletes as
+// tombstones), while the deltas since the last full checkpoint weigh less
+// than CheckpointDeltaShare of it; then a full one comes. A database that
+// keeps every version, as the ledger does, grows without bound, and a
+// full checkpoint a minute would rewrite all of it each time. Recovery
+// loads the newest full checkpoint and the deltas after it,
 // takes D from the loggers' last marks, replays the buffers of epochs in
 // [Cs, D] from every log in parallel keeping the highest TID per key (one
 // read of each log: the last mark is found from its tail), and

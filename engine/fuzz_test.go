@@ -84,12 +84,12 @@ func FuzzCheckpointEntries(f *testing.F) {
 	entry := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
 	entry = appendWrite(entry, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(1)}), "",
 		&row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
-	if n, err := db.applyEntries(entry, 0); n != 1 || err != nil {
+	if n, err := db.applyEntries(entry, 0, true); n != 1 || err != nil {
 		f.Fatalf("the seed entry does not apply: %d, %v", n, err)
 	}
 	f.Add(entry)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = db.applyEntries(b, 0)
+		_, _ = db.applyEntries(b, 0, true)
 	})
 }
 
@@ -122,14 +122,14 @@ func TestApplyRefusesBadPartitionKey(t *testing.T) {
 		return appendWrite(e, a.id, pk, "", &row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
 	}
 	bad := "\x00\x01\x02" // a BIGINT key is 8 bytes
-	if n, err := db.applyEntries(write(bad), 0); err == nil {
+	if n, err := db.applyEntries(write(bad), 0, true); err == nil {
 		t.Fatalf("a 3-byte BIGINT partition key applied (%d entries)", n)
 	}
 	if p := a.shardOf(a.hash(bad)).find(a.hash(bad), bad); p != nil {
 		t.Fatal("the refused write created its partition")
 	}
 	good := a.encodePartition(storage.Values{"k": storage.BigInt(7)})
-	if n, err := db.applyEntries(write(good), 0); n != 1 || err != nil {
+	if n, err := db.applyEntries(write(good), 0, true); n != 1 || err != nil {
 		t.Fatalf("a well-formed write: %d, %v", n, err)
 	}
 	if p := a.shardOf(a.hash(good)).find(a.hash(good), good); p == nil {

@@ -11,7 +11,9 @@ import (
 // Recovery (SiloR), on Open:
 //
 //  1. Load the catalog.
-//  2. Load the newest complete checkpoint (epochs Cs..Ce), if any.
+//  2. Load the newest complete full checkpoint and the deltas after it,
+//     if any (checkpoint.go): Cs is the newest file's start, Ce the
+//     latest end.
 //  3. Find each logger's last mark X_l, the durable epoch it had
 //     published, by reading back from the end of its log. The recovered durable epoch is
 //     D = min over loggers of X_l (a logger without marks counts as Ce): no
@@ -47,17 +49,13 @@ func (db *DB) recover() error {
 		db.epoch.Store(db.maxVoid() + 1)
 		return nil
 	}
-	var cs, ce uint64
-	name, ok, err := db.newestCheckpoint()
+	chain, err := db.findChain()
 	if err != nil {
 		return err
 	}
-	if ok {
-		var rows int
-		if cs, ce, rows, err = db.loadCheckpoint(name); err != nil {
-			return err
-		}
-		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", name, rows, cs, ce)
+	cs, ce, err := db.loadChain(chain)
+	if err != nil {
+		return err
 	}
 	type logInfo struct {
 		mark, maxSeen, last uint64

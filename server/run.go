@@ -147,6 +147,9 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	case "", "engine":
 		cfg := o.Engine
 		cfg.Dir = filepath.Join(o.DataDir, "engine")
+		if cfg.Logf == nil { // recovery and checkpoints, for the operator
+			cfg.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
+		}
 		if r.Backend, err = engine.Open(cfg); err != nil {
 			return nil, err
 		}
