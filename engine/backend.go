@@ -205,8 +205,17 @@ func inRange(ck, lo, hi string) bool { return ck >= lo && (hi == "" || ck < hi) 
 
 type scanned struct {
 	ck    string
-	cols  []storage.Value
+	rw    *row            // the committed row, decoded into cols when read
+	cols  []storage.Value // the row's values, once decoded (or this transaction's own)
 	ckeys []storage.Value // the decoded ck, if the projection wants it
+}
+
+// values decodes the row, once.
+func (s *scanned) values(tb *table) []storage.Value {
+	if s.cols == nil && s.rw != nil {
+		s.cols = s.rw.values(tb)
+	}
+	return s.cols
 }
 
 // scanRows is a scan's result. A row's map is built only when Row asks
@@ -232,7 +241,7 @@ func (r *scanRows) Next() bool {
 func (r *scanRows) Row() storage.Row {
 	if r.row == nil {
 		s := &r.rows[r.i]
-		r.row = r.tb.rowFromStored(r.pkeys, s.ckeys, s.cols, r.proj)
+		r.row = r.tb.rowFromStored(r.pkeys, s.ckeys, s.values(r.tb), r.proj)
 	}
 	return r.row
 }
@@ -243,7 +252,7 @@ func (r *scanRows) Column(name string) (storage.Value, bool) {
 	}
 	s := &r.rows[r.i]
 	if j, ok := r.tb.valIdx[name]; ok {
-		return s.cols[j], true
+		return s.values(r.tb)[j], true
 	}
 	if j := slices.IndexFunc(r.tb.schema.PartitionKey, func(c storage.Column) bool { return c.Name == name }); j >= 0 {
 		return r.pkeys[j], true
@@ -328,19 +337,19 @@ func (x *tx) scan(tb *table, s *storage.Scan) (*scanRows, error) {
 		switch {
 		case w.del:
 		case w.set == nil:
-			cols = w.cols
+			cols = w.values(tb)
 		default:
-			var base *row
+			var base []storage.Value
 			if j >= 0 {
-				base = &row{cols: rows[j].cols}
+				base = rows[j].values(tb)
 			}
-			cols = merge(tb, base, w.cols, w.set)
+			cols = mergeValues(tb, base, w.cols, w.set)
 		}
 		switch {
 		case j >= 0 && cols == nil:
 			rows = slices.Delete(rows, j, j+1)
 		case j >= 0:
-			rows[j].cols = cols
+			rows[j].cols, rows[j].rw = cols, nil
 		case cols != nil:
 			rows = append(rows, scanned{ck: w.ck, cols: cols})
 		}
@@ -410,7 +419,7 @@ func (x *tx) scanCommitted(p *partition, lo, hi string, desc bool, want int, row
 			tid, rw := r.readStable()
 			x.noteRead(r, tid)
 			if tid&tidAbsent == 0 {
-				rows = append(rows, scanned{ck: r.ck, cols: rw.cols})
+				rows = append(rows, scanned{ck: r.ck, rw: rw})
 			}
 		}
 		if n == 0 || len(recs) < n || len(rows) >= want || p.cl == nil {

@@ -17,7 +17,7 @@ func TestRowRoundTrip(t *testing.T) {
 	cols := []storage.Value{storage.Bool(true), storage.Bool(false), storage.BigInt(-1 << 40), storage.Double(-2.25),
 		storage.Text(strings.Repeat("é", 200)), storage.Blob([]byte{0, 0xff}), storage.TimestampMicros(-5), storage.Null(), storage.Blob(nil)}
 	pk, ck := strings.Repeat("k", 300), "c"
-	b := appendWrite([]byte{0xAA}, 1<<20, pk, ck, &row{cols: cols})
+	b := appendWrite([]byte{0xAA}, 1<<20, pk, ck, newRow(cols))
 	if len(b) > 1+3*10+len(pk)+len(ck)+1+colsSize(cols) {
 		t.Fatalf("encoded %d bytes, more than the bound", len(b))
 	}
@@ -60,7 +60,7 @@ func TestWriteStringLengths(t *testing.T) {
 	src := "0123456789abcdefghijklmnopqrstuvwxyz"
 	for n := range 25 {
 		pk, ck := src[:max(n, 1)], src[len(src)-max(n, 1):] // keys are never empty
-		r := &row{cols: []storage.Value{storage.Text(src[1 : 1+n]), storage.Blob([]byte(src[2 : 2+n]))}}
+		r := newRow([]storage.Value{storage.Text(src[1 : 1+n]), storage.Blob([]byte(src[2 : 2+n]))})
 		buf := make([]byte, 3, 3+writeBound(pk, ck, r)+8)
 		copy(buf, "pre")
 		b := appendWrite(buf, 7, pk, ck, r)
@@ -86,7 +86,9 @@ func TestRawRowOwnsItsColumns(t *testing.T) {
 	rr := NewRawRow(cols)
 	cols[0] = storage.Blob(make([]byte, 1000))
 	b := appendWrite(nil, 1, "pk", "", rr.r)
-	if len(b) > writeBound("pk", "", rr.r) || rr.r.cols[0].Size() != 5 {
-		t.Fatalf("row holds %v, encoded in %d bytes for a bound of %d", rr.r.cols[0], len(b), writeBound("pk", "", rr.r))
+	tb := newTable(1, &storage.Table{Namespace: "n", Name: "t", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}},
+		Columns: []storage.Column{{Name: "v", Type: storage.TypeBlob}}})
+	if got := rr.r.values(tb); len(b) > writeBound("pk", "", rr.r) || got[0].Size() != 5 {
+		t.Fatalf("row holds %v, encoded in %d bytes for a bound of %d", got[0], len(b), writeBound("pk", "", rr.r))
 	}
 }

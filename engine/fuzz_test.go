@@ -41,10 +41,10 @@ func validBuffer(db *DB) []byte {
 	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
 	buf = binary.LittleEndian.AppendUint32(buf, 3)
 	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(-7)}), "",
-		&row{cols: []storage.Value{storage.Text("héllo"), storage.Double(1.5)}})
+		newRow([]storage.Value{storage.Text("héllo"), storage.Double(1.5)}))
 	buf = appendWrite(buf, b.id, b.encodePartition(storage.Values{"p": storage.Text("p\x01")}),
 		b.encodeClustering(storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)}),
-		&row{cols: []storage.Value{storage.NullOf(storage.TypeBlob)}})
+		newRow([]storage.Value{storage.NullOf(storage.TypeBlob)}))
 	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(9)}), "", nil)
 	return buf
 }
@@ -83,7 +83,7 @@ func FuzzCheckpointEntries(f *testing.F) {
 	a, _ := db.cat.lookup("", "f", "a")
 	entry := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
 	entry = appendWrite(entry, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(1)}), "",
-		&row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
+		newRow([]storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}))
 	if n, err := db.applyEntries(entry, 0, true); n != 1 || err != nil {
 		f.Fatalf("the seed entry does not apply: %d, %v", n, err)
 	}
@@ -119,7 +119,7 @@ func TestApplyRefusesBadPartitionKey(t *testing.T) {
 	a, _ := db.cat.lookup("", "f", "a")
 	write := func(pk string) []byte {
 		e := binary.LittleEndian.AppendUint64(nil, makeTID(2, 5))
-		return appendWrite(e, a.id, pk, "", &row{cols: []storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}})
+		return appendWrite(e, a.id, pk, "", newRow([]storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)}))
 	}
 	bad := "\x00\x01\x02" // a BIGINT key is 8 bytes
 	if n, err := db.applyEntries(write(bad), 0, true); err == nil {

@@ -96,7 +96,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 		writes := make([]writeEntry, len(sizes))
 		for j, sz := range sizes {
 			pk := fmt.Sprintf("k%d-%d", i, j)
-			writes[j] = writeEntry{wkey: wkey{t: tbl, pk: pk}, out: &row{cols: []storage.Value{storage.Blob(make([]byte, sz))}}}
+			writes[j] = writeEntry{wkey: wkey{t: tbl, pk: pk}, out: newRow([]storage.Value{storage.Blob(make([]byte, sz))})}
 			if n := writeBound(pk, "", writes[j].out); n > maxRecord-64 {
 				t.Fatalf("test write of %d bytes exceeds what commit lets through", n)
 			}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"slices"
 
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -81,6 +80,7 @@ func (r *RawTxn) Unpin() {
 func (r *RawTxn) Reset() { r.x.reset() }
 
 // Read returns the row of partition key pk as the transaction sees it.
+// The slice is the transaction's until Reset; its values stay valid.
 func (r *RawTxn) Read(h *TableHandle, pk string) ([]storage.Value, bool) {
 	cols := r.x.get(h.t, pk, "")
 	return cols, cols != nil
@@ -94,12 +94,10 @@ func (r *RawTxn) Write(h *TableHandle, pk string, cols []storage.Value) {
 // RawRow is an immutable row built once and written any number of times.
 type RawRow struct{ r *row }
 
-// NewRawRow builds a row from its value columns, in schema order. It
-// copies cols: the row's encoded size is computed here, and the log
-// encoder writes within it.
+// NewRawRow builds a row from its value columns, in schema order: it is
+// encoded here, once.
 func NewRawRow(cols []storage.Value) RawRow {
-	cols = slices.Clone(cols)
-	return RawRow{&row{cols: cols, size: colsSize(cols)}}
+	return RawRow{newRow(cols)}
 }
 
 // WriteRow sets the whole row of partition key pk to a prebuilt row.

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,11 +25,87 @@ type record struct {
 	p   *partition
 }
 
-// row holds the value columns of a row, in schema order. size, when not
-// 0, is colsSize(cols), computed once for a row written many times.
+// row holds the value columns of a row, in schema order, encoded as the
+// log encodes them (codec.go: a count, then each value's tag and
+// payload), in one string. A row is immutable once built.
+//
+// Rows are kept encoded for the collector, which marks every row of the
+// database at each cycle: a row of values is an array of 32-byte values
+// it must scan and a separate string for each TEXT or BLOB, while an
+// encoded row is one object holding no pointers. On a ledger of a million
+// assets, rows of values made each cycle mark 4 to 6 GB and take 12 to 22
+// seconds of CPU. The log and checkpoints copy the encoding as it is; a
+// read decodes it (values), its strings pointing into it.
 type row struct {
-	cols []storage.Value
-	size int
+	enc string
+}
+
+// newRow encodes cols into a row.
+func newRow(cols []storage.Value) *row {
+	b := make([]byte, encodedSize(cols))
+	k := putUvarint(b, uint64(len(cols)))
+	k += putValues(b[k:], cols)
+	return &row{enc: unsafe.String(unsafe.SliceData(b), k)}
+}
+
+// values decodes the row's columns for table t. The row was encoded by
+// newRow, or checked by the decoder when it was read from a log or a
+// checkpoint, so it decodes without checks. TEXT and BLOB values share
+// the row's bytes.
+func (r *row) values(t *table) []storage.Value {
+	n, _ := stringUvarint(r.enc)
+	return r.decodeInto(t, make([]storage.Value, n))
+}
+
+// decodeInto decodes the row into out, which has room for its columns.
+func (r *row) decodeInto(t *table, out []storage.Value) []storage.Value {
+	s := r.enc
+	n, k := stringUvarint(s)
+	out = out[:n]
+	for i := range out {
+		tag := storage.DataType(s[k])
+		k++
+		switch tag {
+		case 0:
+			out[i] = storage.NullOf(t.schema.Columns[i].Type)
+		case storage.TypeText, storage.TypeBlob:
+			l, m := stringUvarint(s[k:])
+			k += m
+			if tag == storage.TypeText {
+				out[i] = storage.Text(s[k : k+int(l)])
+			} else {
+				out[i] = storage.BlobString(s[k : k+int(l)])
+			}
+			k += int(l)
+		case storage.TypeBoolean:
+			out[i] = storage.Bool(s[k] == 1)
+			k++
+		default:
+			bits := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[k:]), 8))
+			switch tag {
+			case storage.TypeBigInt:
+				out[i] = storage.BigInt(int64(bits))
+			case storage.TypeTimestamp:
+				out[i] = storage.TimestampMicros(int64(bits))
+			default:
+				out[i] = storage.Double(math.Float64frombits(bits))
+			}
+			k += 8
+		}
+	}
+	return out
+}
+
+// stringUvarint decodes a uvarint at the start of s (valid: see values).
+func stringUvarint(s string) (uint64, int) {
+	var v uint64
+	for i := 0; ; i++ {
+		c := s[i]
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, i + 1
+		}
+	}
 }
 
 // colsSize bounds the encoded size of a row's columns.

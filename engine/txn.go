@@ -30,6 +30,8 @@ type tx struct {
 	// reuses them instead of allocating a full row of columns per Put.
 	scratch    []storage.Value
 	scratchSet []bool
+	// readRoom holds the rows get decoded, until reset.
+	readRoom []storage.Value
 	// readMax is the largest version read: a read-only transaction is
 	// released once that version's epoch is durable.
 	readMax uint64
@@ -57,9 +59,9 @@ type writeEntry struct {
 	wkey
 	h    uint64 // pk's hash in its table
 	del  bool
-	cols []storage.Value
+	cols []storage.Value // nil when full came prebuilt (raw API)
 	set  []bool
-	full *row // the whole row, prebuilt (raw API); nil otherwise
+	full *row // the whole row, encoded; nil for a partial write
 
 	r   *record // resolved at commit
 	old uint64  // TID word at lock time
@@ -78,6 +80,11 @@ func (x *tx) reset() {
 	clear(x.writes)
 	clear(x.order)
 	clear(x.scratch) // the values' strings
+	clear(x.readRoom)
+	if cap(x.readRoom) > maxReadRoom {
+		x.readRoom = nil // a long transaction's room is not worth keeping
+	}
+	x.readRoom = x.readRoom[:0]
 	if cap(x.recs) > maxSpareScanned {
 		x.recs = nil // a long scan's room is not worth keeping
 	}
@@ -152,13 +159,14 @@ func (x *tx) readCommitted(t *table, h uint64, pk, ck string) *row {
 }
 
 // get returns the row as this transaction sees it: its own write if any,
-// else the committed row.
+// else the committed row, decoded into the transaction's scratch room
+// (valid until it is reset: its callers copy or drop it before).
 func (x *tx) get(t *table, pk, ck string) []storage.Value {
 	h := t.hash(pk)
 	i := x.findWrite(wkey{t, pk, ck}, h)
 	if i < 0 {
 		if rw := x.readCommitted(t, h, pk, ck); rw != nil {
-			return rw.cols
+			return rw.decodeInto(t, x.room(len(t.schema.Columns)))
 		}
 		return nil
 	}
@@ -167,22 +175,53 @@ func (x *tx) get(t *table, pk, ck string) []storage.Value {
 	case w.del:
 		return nil
 	case w.set == nil:
-		return w.cols
+		return w.values(t)
 	}
-	base := x.readCommitted(t, h, pk, ck)
-	return merge(t, base, w.cols, w.set)
+	return merge(t, x.readCommitted(t, h, pk, ck), w.cols, w.set)
+}
+
+// maxReadRoom bounds the values a pooled transaction keeps room for.
+const maxReadRoom = 1 << 12
+
+// room returns room for n values from readRoom: a row get decodes there
+// instead of allocating one per read.
+func (x *tx) room(n int) []storage.Value {
+	if cap(x.readRoom)-len(x.readRoom) < n {
+		x.readRoom = make([]storage.Value, 0, max(2*cap(x.readRoom), n))
+	}
+	i := len(x.readRoom)
+	x.readRoom = x.readRoom[:i+n]
+	return x.readRoom[i : i+n : i+n]
+}
+
+// values is a whole write's row.
+func (w *writeEntry) values(t *table) []storage.Value {
+	if w.cols == nil && w.full != nil {
+		return w.full.values(t)
+	}
+	return w.cols
 }
 
 // merge overlays the set columns of cols on base (nil: a new row, all
 // NULL).
 func merge(t *table, base *row, cols []storage.Value, set []bool) []storage.Value {
+	var bv []storage.Value
+	if base != nil {
+		bv = base.values(t)
+	}
+	return mergeValues(t, bv, cols, set)
+}
+
+// mergeValues overlays the set columns of cols on base's values (nil: a
+// new row, all NULL).
+func mergeValues(t *table, base, cols []storage.Value, set []bool) []storage.Value {
 	out := make([]storage.Value, len(cols))
 	for i := range out {
 		switch {
 		case set[i]:
 			out[i] = cols[i]
 		case base != nil:
-			out[i] = base.cols[i]
+			out[i] = base[i]
 		default:
 			out[i] = storage.NullOf(t.schema.Columns[i].Type)
 		}
@@ -211,12 +250,20 @@ func (x *tx) put(t *table, pk, ck string, cols []storage.Value, set []bool) {
 	k, h := wkey{t, pk, ck}, t.hash(pk)
 	i := x.findWrite(k, h)
 	if i < 0 {
-		x.addWrite(writeEntry{wkey: k, h: h, cols: cols, set: set})
+		var full *row
+		if set == nil {
+			full = newRow(cols) // here, not in commit, where locks are held
+		}
+		x.addWrite(writeEntry{wkey: k, h: h, cols: cols, set: set, full: full})
 		return
 	}
 	x.last = i
 	w := &x.writes[i]
-	w.full = nil
+	defer func() {
+		if w.full = nil; w.set == nil {
+			w.full = newRow(w.cols)
+		}
+	}()
 	switch {
 	case set == nil:
 		w.cols, w.set = cols, nil
@@ -224,7 +271,7 @@ func (x *tx) put(t *table, pk, ck string, cols []storage.Value, set []bool) {
 		// The row is gone within this transaction: unset columns are NULL.
 		w.cols, w.set = merge(t, nil, cols, set), nil
 	default:
-		merged := slices.Clone(w.cols)
+		merged := slices.Clone(w.values(t))
 		for j := range cols {
 			if set[j] {
 				merged[j] = cols[j]
@@ -250,8 +297,13 @@ func (x *tx) del(t *table, pk, ck string) {
 
 // putRow buffers a write of a whole prebuilt row.
 func (x *tx) putRow(t *table, pk, ck string, r *row) {
-	x.put(t, pk, ck, r.cols, nil)
-	x.writes[x.last].full = r
+	k, h := wkey{t, pk, ck}, t.hash(pk)
+	if i := x.findWrite(k, h); i >= 0 {
+		x.last = i
+		x.writes[i] = writeEntry{wkey: k, h: h, full: r}
+		return
+	}
+	x.addWrite(writeEntry{wkey: k, h: h, full: r})
 }
 
 // resolve finds the partitions of the writes that the index has, in two
@@ -535,13 +587,13 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 		case wr.full != nil:
 			wr.out = wr.full
 		case wr.set == nil:
-			wr.out = &row{cols: wr.cols}
-		default:
+			wr.out = newRow(wr.cols)
+		default: // a partial write, merged into the row locked
 			var base *row
 			if wr.old&tidAbsent == 0 {
 				base = wr.r.row.Load()
 			}
-			wr.out = &row{cols: merge(wr.t, base, wr.cols, wr.set)}
+			wr.out = newRow(merge(wr.t, base, wr.cols, wr.set))
 		}
 	}
 	// Each row must fit one log record and one checkpoint chunk.
