@@ -23,7 +23,7 @@ import (
 // dominate it.
 func BenchmarkCheckpointVersions(b *testing.B) {
 	ctx := context.Background()
-	db, err := engine.Open(engine.Config{Dir: b.TempDir(), CheckpointInterval: -1})
+	db, err := engine.Open(engine.Config{Dir: b.TempDir(), CheckpointInterval: -1, CheckpointDeltaShare: -1}) // full ones
 	if err != nil {
 		b.Fatal(err)
 	}
