@@ -259,11 +259,6 @@ func (x *tx) put(t *table, pk, ck string, cols []storage.Value, set []bool) {
 	}
 	x.last = i
 	w := &x.writes[i]
-	defer func() {
-		if w.full = nil; w.set == nil {
-			w.full = newRow(w.cols)
-		}
-	}()
 	switch {
 	case set == nil:
 		w.cols, w.set = cols, nil
@@ -282,7 +277,10 @@ func (x *tx) put(t *table, pk, ck string, cols []storage.Value, set []bool) {
 		}
 		w.cols = merged
 	}
-	w.del = false
+	w.del, w.full = false, nil
+	if w.set == nil {
+		w.full = newRow(w.cols)
+	}
 }
 
 func (x *tx) del(t *table, pk, ck string) {
