@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"unsafe"
 
@@ -92,8 +91,12 @@ func (d *decoder) u64(what string) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-// row decodes a row and checks it against the table's value columns.
-func (d *decoder) row(schema *storage.Table) []storage.Value {
+// row checks an encoded row against the table's value columns and
+// returns a copy of its bytes as a stored row (nil if it does not check).
+// The values it checks are built on the input bytes and dropped: the row
+// is decoded again only when read.
+func (d *decoder) row(schema *storage.Table) *row {
+	start := d.b
 	n := d.uvarint("column count")
 	if d.err != nil {
 		return nil
@@ -102,14 +105,12 @@ func (d *decoder) row(schema *storage.Table) []storage.Value {
 		d.fail("row of %d columns, table %s.%s has %d", n, schema.Namespace, schema.Name, len(schema.Columns))
 		return nil
 	}
-	cols := make([]storage.Value, n)
-	for i, c := range schema.Columns {
+	for _, c := range schema.Columns {
 		tag := d.byte1("value type")
 		if d.err != nil {
 			return nil
 		}
 		if tag == 0 {
-			cols[i] = storage.NullOf(c.Type)
 			continue
 		}
 		if storage.DataType(tag) != c.Type {
@@ -119,21 +120,18 @@ func (d *decoder) row(schema *storage.Table) []storage.Value {
 		var v storage.Value
 		switch c.Type {
 		case storage.TypeBoolean:
-			x := d.byte1("boolean")
-			if x > 1 {
+			if x := d.byte1("boolean"); x > 1 {
 				d.fail("boolean byte %d", x)
 			}
-			v = storage.Bool(x == 1)
-		case storage.TypeBigInt:
-			v = storage.BigInt(int64(d.u64("bigint")))
+		case storage.TypeBigInt, storage.TypeDouble:
+			d.u64("number")
 		case storage.TypeTimestamp:
 			v = storage.TimestampMicros(int64(d.u64("timestamp")))
-		case storage.TypeDouble:
-			v = storage.Double(math.Float64frombits(d.u64("double")))
 		case storage.TypeText:
-			v = storage.Text(string(d.bytes(d.uvarint("text length"), "text")))
+			b := d.bytes(d.uvarint("text length"), "text")
+			v = storage.Text(unsafe.String(unsafe.SliceData(b), len(b)))
 		case storage.TypeBlob:
-			v = storage.Blob(d.bytes(d.uvarint("blob length"), "blob"))
+			d.bytes(d.uvarint("blob length"), "blob")
 		}
 		if d.err != nil {
 			return nil
@@ -142,9 +140,8 @@ func (d *decoder) row(schema *storage.Table) []storage.Value {
 			d.fail("column %s: %s", c.Name, msg)
 			return nil
 		}
-		cols[i] = v
 	}
-	return cols
+	return &row{enc: string(start[:len(start)-len(d.b)])}
 }
 
 // logWrite is one decoded write of a log record or checkpoint.
@@ -152,8 +149,7 @@ type logWrite struct {
 	table  uint64
 	pk, ck string
 	del    bool
-	cols   []storage.Value
-	row    *row // cols as stored, checked: a copy of their encoding
+	row    *row // checked, and copied from the input (nil for a delete)
 }
 
 // appendWrite appends a write of row r (nil for a delete). It reserves
@@ -287,11 +283,7 @@ func (d *decoder) write(tables func(uint64) *table) (w logWrite, t *table, ok bo
 		if t == nil {
 			d.skipRow()
 		} else {
-			start := d.b
-			w.cols = d.row(t.schema)
-			if d.err == nil {
-				w.row = &row{enc: string(start[:len(start)-len(d.b)])}
-			}
+			w.row = d.row(t.schema)
 		}
 	}
 	if d.err != nil || t == nil {

@@ -19,7 +19,7 @@ func TestRowRoundTrip(t *testing.T) {
 		storage.Text(strings.Repeat("é", 200)), storage.Blob([]byte{0, 0xff}), storage.TimestampMicros(-5), storage.Null(), storage.Blob(nil)}
 	pk, ck := strings.Repeat("k", 300), "c"
 	b := appendWrite([]byte{0xAA}, 1<<20, pk, ck, newRow(cols))
-	if len(b) > 1+3*10+len(pk)+len(ck)+1+colsSize(cols) {
+	if len(b) > 1+3*10+len(pk)+len(ck)+1+encodedSize(cols) {
 		t.Fatalf("encoded %d bytes, more than the bound", len(b))
 	}
 	d := decoder{b: b[1:]}
@@ -35,10 +35,11 @@ func TestRowRoundTrip(t *testing.T) {
 	if kind := d.byte1("kind"); kind != 0 {
 		t.Fatalf("kind %d", kind)
 	}
-	got := d.row(schema)
+	r := d.row(schema)
 	if d.err != nil || len(d.b) != 0 {
 		t.Fatalf("decode: %v, %d bytes left", d.err, len(d.b))
 	}
+	got := r.values(newTable(1, schema))
 	want := append([]storage.Value(nil), cols...)
 	want[7] = storage.NullOf(storage.TypeText)
 	for i := range want {
@@ -69,12 +70,13 @@ func TestWriteStringLengths(t *testing.T) {
 			t.Fatalf("length %d: prefix %q, %d bytes for a bound of %d", n, b[:3], len(b)-3, writeBound(pk, ck, r))
 		}
 		d := decoder{b: b[3:]}
-		w, _, ok := d.write(func(uint64) *table { return newTable(7, schema) })
+		tb := newTable(7, schema)
+		w, _, ok := d.write(func(uint64) *table { return tb })
 		if !ok || len(d.b) != 0 {
 			t.Fatalf("length %d: decode ok=%v err=%v, %d bytes left", n, ok, d.err, len(d.b))
 		}
-		if w.pk != pk || w.ck != ck || w.cols[0].AsText() != src[1:1+n] || string(w.cols[1].AsBlob()) != src[2:2+n] {
-			t.Fatalf("length %d: decoded pk %q ck %q cols %v", n, w.pk, w.ck, w.cols)
+		if cols := w.row.values(tb); w.pk != pk || w.ck != ck || cols[0].AsText() != src[1:1+n] || string(cols[1].AsBlob()) != src[2:2+n] {
+			t.Fatalf("length %d: decoded pk %q ck %q cols %v", n, w.pk, w.ck, cols)
 		}
 	}
 }

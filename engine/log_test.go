@@ -137,7 +137,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 					t.Fatalf("transaction %d: undecodable write: %v", tid, d.err)
 				}
 				last := &got[len(got)-1]
-				last.writes = append(last.writes, fmt.Sprintf("%s=%d", wr.pk, len(wr.cols[0].AsBlob())))
+				last.writes = append(last.writes, fmt.Sprintf("%s=%d", wr.pk, len(wr.row.values(tbl)[0].AsBlob())))
 			}
 		}
 		if d.err != nil {

@@ -107,15 +107,6 @@ func stringUvarint(s string) (uint64, int) {
 	}
 }
 
-// colsSize bounds the encoded size of a row's columns.
-func colsSize(cols []storage.Value) int {
-	n := 0
-	for i := range cols {
-		n += cols[i].Size() + 11
-	}
-	return n
-}
-
 // partition is the rows sharing a partition key. A table without a
 // clustering key has exactly one record per partition, one; otherwise the
 // records sit in cl's B-tree ordered by encoded clustering key. ver
@@ -319,7 +310,7 @@ func (tab *partTable) put(h uint64, p *partition) {
 type table struct {
 	id     uint64
 	schema *storage.Table
-	valIdx map[string]int // value column → position in row.cols
+	valIdx map[string]int // value column → position in a row's values
 	seed   maphash.Seed
 
 	parts   [partShards]partShard // by hash of the encoded partition key
