@@ -130,6 +130,14 @@ type Config struct {
 	// files hold disk space the log has already used once; they are
 	// removed at the next Open. 0 removes every truncated segment.
 	RecycleSegments int
+	// BufferedIO writes segments through the page cache. By default the
+	// log writes them with direct I/O where the filesystem takes it and
+	// SegmentSize is a multiple of 4 KiB: a write then goes from the log's
+	// buffer to the device, and fdatasync flushes the device's cache. The
+	// page cache would cost the kernel a copy of every byte (the
+	// preparer's zeros too), memory that is never read again, and cache
+	// lines the appenders' work then misses on.
+	BufferedIO bool
 	// Logf reports recovery events (a torn tail truncated); nil discards.
 	Logf func(format string, args ...any)
 }

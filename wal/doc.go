@@ -42,6 +42,16 @@
 //     pages and block allocation. Once the old segment is synced, the
 //     preparer drops its pages from the page cache (clean pages: the disk
 //     is untouched), so the next zero-fill reuses them.
+//   - Writes cover whole 4 KiB blocks. A round's write starts at the
+//     block boundary before the first new frame, repeating the bytes the
+//     segment already holds there, and is padded with zeros to the next
+//     boundary, where the segment holds zeros anyway. The bytes on disk
+//     are those of unaligned writes; only the I/O differs. So segments
+//     can be written with direct I/O (the default; Config.BufferedIO): a
+//     write goes from the log's buffer to the device, with no copy into
+//     the page cache, and fdatasync flushes the device's cache. A write
+//     that repeats a block's durable start risks what the kernel's own
+//     writeback of a partly written page risks, and no more.
 //   - Bounded: at most Config.MaxPending bytes wait to be written; Append
 //     blocks (honouring its context) beyond that.
 //   - Two goroutines, the syncer and the segment preparer, both owned by the

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -190,21 +191,29 @@ func findFrame(buf []byte, from int, index uint64) int {
 	return -1
 }
 
-// zeroFill writes size zero bytes to a new file at path and syncs it.
-func zeroFill(fs vfs.FS, path string, size int64) error {
+// zeroFill writes size zero bytes to a new file at path and syncs it,
+// with direct I/O if direct (see Config.BufferedIO).
+func zeroFill(fs vfs.FS, path string, size int64, direct bool) error {
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
+	}
+	if direct {
+		setDirect(f)
 	}
 	return zeroSyncClose(f, size, f.Sync)
 }
 
 // overwriteZeros overwrites a kept segment file of size bytes with zeros
-// and syncs it. Its size does not change, so its data alone needs syncing.
-func overwriteZeros(fs vfs.FS, path string, size int64) error {
+// and syncs it, with direct I/O if direct. Its size does not change, so
+// its data alone needs syncing.
+func overwriteZeros(fs vfs.FS, path string, size int64, direct bool) error {
 	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
+	}
+	if direct {
+		setDirect(f)
 	}
 	return zeroSyncClose(f, size, f.SyncData)
 }
@@ -222,9 +231,40 @@ func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
 	return err
 }
 
-// zeros is the source of every zero-fill, never written: one allocated
-// per segment would be a megabyte of fresh heap each time.
-var zeros [1 << 20]byte
+// zeros is the source of every zero-fill and of the padding of writes,
+// never written: one allocated per segment would be a megabyte of fresh
+// heap each time. It is block-aligned, for direct I/O.
+var zeros = alignedBlocks(1 << 20)
+
+// blockSize is the unit of the log's writes to a segment: each starts and
+// ends on a multiple of it (writeChunks), from memory aligned to it, as
+// direct I/O requires. It is the page size, and the physical sector size
+// of current disks: a buffered write of part of a block makes the kernel
+// write the whole page too, so a write repeating the start of the block
+// (the log's tail, already durable) risks exactly what page writeback
+// does, and no more.
+const blockSize = 4096
+
+// alignedBlocks returns n zero bytes whose array starts on a block
+// boundary. Go never moves heap objects, so the alignment holds.
+func alignedBlocks(n int) []byte {
+	b := make([]byte, n+blockSize)
+	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (blockSize - 1))
+	return b[skip : skip+n : skip+n]
+}
+
+// growBlocks returns b, holding the start of a chunk, with room for n more
+// bytes and the padding to the next block, in a block-aligned array. A
+// new array is at least a quarter larger than the old one (as append
+// grows large slices), so repeated growth stays linear.
+func growBlocks(b []byte, n int) []byte {
+	need := len(b) + n + blockSize
+	if cap(b) >= need {
+		return b
+	}
+	nb := alignedBlocks(max(need, cap(b)+cap(b)/4))
+	return nb[:copy(nb, b)]
+}
 
 // writeZeros writes zero bytes over [from, to) of f.
 func writeZeros(f vfs.File, from, to int64) error {

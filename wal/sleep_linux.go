@@ -106,3 +106,20 @@ func dropCache(f vfs.File) {
 		_ = unix.Fadvise(int(fd), 0, 0, unix.FADV_DONTNEED)
 	}
 }
+
+// setDirect switches f to direct I/O (O_DIRECT): its writes go from the
+// caller's memory to the device, bypassing the page cache. It reports
+// whether f is now direct; a file without a descriptor (an in-memory
+// filesystem) or on a filesystem that refuses the flag stays buffered.
+func setDirect(f vfs.File) bool {
+	fd := f.Fd()
+	if fd == vfs.InvalidFd {
+		return false
+	}
+	flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+	if err != nil {
+		return false
+	}
+	_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
+	return err == nil
+}

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -126,12 +127,12 @@ func resident(t *testing.T, path string) int {
 	return n
 }
 
-// A segment the syncer has left, synced, has its pages dropped from the
-// page cache; the active one keeps its pages.
+// With buffered I/O, a segment the syncer has left, synced, has its pages
+// dropped from the page cache; the active one keeps its pages.
 func TestSealedSegmentsLeaveCache(t *testing.T) {
 	dir := diskDir(t)
 	cfg := testConfig(vfs.Default, BatchPolicy())
-	cfg.Dir, cfg.SegmentSize = dir, 256<<10
+	cfg.Dir, cfg.SegmentSize, cfg.BufferedIO = dir, 256<<10, true
 	l := mustOpen(t, cfg)
 	defer l.Close()
 	var names []string
@@ -184,4 +185,52 @@ func diskDir(t *testing.T) string {
 		t.Skipf("no directory off tmpfs to test in (tmpfs pages cannot be dropped)")
 	}
 	return dir
+}
+
+// By default segments are written with direct I/O: neither the zero-fill
+// nor the records leave a page in the cache, and what was written (every
+// append of a few bytes rewrites its block's start) reads back whole,
+// across segments and a reopen.
+func TestDirectIOBypassesCache(t *testing.T) {
+	dir := diskDir(t)
+	cfg := testConfig(vfs.Default, BatchPolicy())
+	cfg.Dir, cfg.SegmentSize = dir, 64<<10
+	l := mustOpen(t, cfg)
+	const n = 2000 // about 4 segments of 64 KiB
+	for i := range n {
+		if _, err := l.Append(context.Background(), payload(0, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "*"+segSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 3 {
+		t.Fatalf("%d segments, want several", len(names))
+	}
+	for _, name := range names {
+		if r := resident(t, name); r > 0 {
+			t.Fatalf("%s has %d pages cached: not written with direct I/O", filepath.Base(name), r)
+		}
+	}
+	check := func(l *Log) {
+		t.Helper()
+		all := readAll(t, l)
+		if len(all) != n {
+			t.Fatalf("%d records, want %d", len(all), n)
+		}
+		for i := range n {
+			if !bytes.Equal(all[uint64(i+1)], payload(0, i)) {
+				t.Fatalf("record %d lost or changed", i+1)
+			}
+		}
+	}
+	check(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpen(t, cfg)
+	defer l.Close()
+	check(l)
 }

@@ -20,3 +20,5 @@ func (*sleeper) interrupt()                             {}
 func (*sleeper) close()                                 {}
 
 func dropCache(vfs.File) {}
+
+func setDirect(vfs.File) bool { return false }
