@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/kiroku-db/kiroku/storage"
@@ -68,26 +67,10 @@ func ledgerTables(ns string) []*storage.Table {
 }
 
 // ensureSchema creates the namespace and tables that are missing and checks
-// that the ones present have the ledger's schema.
+// that the ones present have the ledger's schema (storage.EnsureTables).
 func ensureSchema(ctx context.Context, b storage.Backend, ns string) error {
-	if err := b.CreateNamespace(ctx, ns); err != nil && !errors.Is(err, storage.ErrNamespaceExists) {
-		return fmt.Errorf("ledger: create namespace %s: %w", ns, err)
-	}
-	for _, t := range ledgerTables(ns) {
-		err := b.CreateTable(ctx, t)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, storage.ErrTableExists) {
-			return fmt.Errorf("ledger: create table %s.%s: %w", ns, t.Name, err)
-		}
-		have, err := b.DescribeTable(ctx, ns, t.Name)
-		if err != nil {
-			return fmt.Errorf("ledger: describe %s.%s: %w", ns, t.Name, err)
-		}
-		if !have.Equal(t) {
-			return fmt.Errorf("ledger: table %s.%s exists with another schema", ns, t.Name)
-		}
+	if err := storage.EnsureTables(ctx, b, ns, ledgerTables(ns)); err != nil {
+		return fmt.Errorf("ledger: schema of %s: %w", ns, err)
 	}
 	return nil
 }

@@ -86,3 +86,26 @@ func TestMigratePending(t *testing.T) {
 		})
 	}
 }
+
+// A Validator database whose tables were laid out otherwise (another
+// program's, or a later version's) is refused with ErrInvalidSchema, and no
+// table is created in it.
+func TestSchemaOfAnotherLayoutRefused(t *testing.T) {
+	ctx := context.Background()
+	db := openEngineDB(t)
+	ns := DefaultNamespace
+	if err := db.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateTable(ctx, &storage.Table{Namespace: ns, Name: tTxs,
+		PartitionKey: []storage.Column{{Name: "nonce", Type: storage.TypeText}},
+		Columns:      []storage.Column{{Name: "contract", Type: storage.TypeText}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureSchema(ctx, db, ns); !errors.Is(err, storage.ErrInvalidSchema) {
+		t.Fatalf("ensureSchema = %v, want ErrInvalidSchema", err)
+	}
+	if names, err := db.ListTables(ctx, ns); err != nil || len(names) != 1 {
+		t.Fatalf("tables after the refusal: %v (%v), want only %s", names, err, tTxs)
+	}
+}

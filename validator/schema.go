@@ -97,16 +97,13 @@ func tables(ns string) []*storage.Table {
 	}
 }
 
-// ensureSchema creates the namespace and tables that are missing, and
-// moves the rows of a table of an earlier layout.
+// ensureSchema creates the namespace and tables that are missing, checks
+// that the ones present have the Validator's schema (storage.EnsureTables:
+// a database laid out otherwise is refused and left as it was), and moves
+// the rows of a table of an earlier layout.
 func ensureSchema(ctx context.Context, b storage.Backend, ns string) error {
-	if err := b.CreateNamespace(ctx, ns); err != nil && !errors.Is(err, storage.ErrNamespaceExists) {
-		return fmt.Errorf("validator: create namespace %s: %w", ns, err)
-	}
-	for _, t := range tables(ns) {
-		if err := b.CreateTable(ctx, t); err != nil && !errors.Is(err, storage.ErrTableExists) {
-			return fmt.Errorf("validator: create table %s.%s: %w", ns, t.Name, err)
-		}
+	if err := storage.EnsureTables(ctx, b, ns, tables(ns)); err != nil {
+		return fmt.Errorf("validator: schema of %s: %w", ns, err)
 	}
 	return migratePending(ctx, b, ns)
 }

@@ -32,6 +32,7 @@ type Opener func(t *testing.T) storage.Backend
 // Run runs the whole suite.
 func Run(t *testing.T, open Opener) {
 	t.Run("Admin", func(t *testing.T) { testAdmin(t, open) })
+	t.Run("EnsureTables", func(t *testing.T) { testEnsureTables(t, open) })
 	t.Run("Restart", func(t *testing.T) { testRestart(t, open) })
 	t.Run("CRUD", func(t *testing.T) { testCRUD(t, open) })
 	t.Run("Conditions", func(t *testing.T) { testConditions(t, open) })
