@@ -567,7 +567,9 @@ func openWALSink(fs vfs.FS, dir string, i int, segSize int64, recycle int) (LogS
 // loggers), plus one. A new segment is a new file of fresh page-cache
 // pages; reusing one overwrites cached pages and blocks already allocated.
 // Measured with kiroku bench engine (ycsb-wo, two threads, with the log),
-// zero-filling new files took 14% of the processors. With checkpoints
+// zero-filling new files took 14% of the processors. (The log now writes
+// with direct I/O, which bypasses the page cache; reuse still spares the
+// block allocation.) With checkpoints
 // left to time alone (ckptLog negative) the log between two of them has
 // no bound, and a few are kept.
 func recycleSegments(ckptLog int64, loggers int, seg int64) int {

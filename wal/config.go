@@ -126,7 +126,8 @@ type Config struct {
 	// overwrites one with zeros instead of creating a file. Overwriting a
 	// file whose pages are cached costs a copy; a new file needs fresh
 	// page-cache pages, which on this project's virtual machines cost about
-	// ten times as much to touch, and its blocks must be allocated. Kept
+	// ten times as much to touch (with direct I/O, the default, neither
+	// touches the page cache), and its blocks must be allocated. Kept
 	// files hold disk space the log has already used once; they are
 	// removed at the next Open. 0 removes every truncated segment.
 	RecycleSegments int
