@@ -108,18 +108,15 @@ func dropCache(f vfs.File) {
 }
 
 // setDirect switches f to direct I/O (O_DIRECT): its writes go from the
-// caller's memory to the device, bypassing the page cache. It reports
-// whether f is now direct; a file without a descriptor (an in-memory
-// filesystem) or on a filesystem that refuses the flag stays buffered.
-func setDirect(f vfs.File) bool {
+// caller's memory to the device, bypassing the page cache. A file without
+// a descriptor (an in-memory filesystem), or on a filesystem that refuses
+// the flag, stays buffered; the log's block-aligned writes suit both.
+func setDirect(f vfs.File) {
 	fd := f.Fd()
 	if fd == vfs.InvalidFd {
-		return false
+		return
 	}
-	flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
-	if err != nil {
-		return false
+	if flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
+		_, _ = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
 	}
-	_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
-	return err == nil
 }
