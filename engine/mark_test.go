@@ -53,7 +53,7 @@ func TestMarkNeverGoesBack(t *testing.T) {
 	}
 	stale := db.workers[len(db.workers)-1]
 	stale.active.Store(1)
-	if !db.loggers[0].round() {
+	if !db.loggers[0].round(true) {
 		t.Fatal("the round wrote nothing")
 	}
 	// Crash here: only what the rounds synced survives.
