@@ -433,8 +433,11 @@ var testHookLinger atomic.Pointer[func()]
 
 // round writes what its workers handed off plus their buffers of closed
 // epochs, then a mark, and publishes the logger's durable epoch. It
-// reports whether it wrote anything. Unless all, a round that would not
-// advance the durable epoch writes only a backlog of writeBatch bytes.
+// reports whether it wrote anything. Unless all, a round while every
+// closed epoch is durable writes only a backlog of writeBatch bytes. (A
+// round that finds a closed epoch not yet durable, a worker still
+// committing into it, writes what it has and the logger rounds again: no
+// committer of a closed epoch wakes it.)
 //
 // The mark's X is min(E, epochs of committing workers) − 1, with E and the
 // workers' epochs read before the buffers are collected. A worker that
@@ -455,7 +458,8 @@ func (lg *logger) round(all bool) bool {
 	// rechecking it can hold low below an X this logger already marked.
 	// Marks never go back: recovery takes the last one as durable.
 	x := max(low-1, lg.durable.Load())
-	if !all && x <= lg.durable.Load() && lg.pending.Load() < lg.writeBatch() {
+	if !all && lg.durable.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
+		// Every closed epoch is durable: only the open one's buffers wait.
 		return false
 	}
 	// Walk the workers before taking the queue: a buffer of an epoch

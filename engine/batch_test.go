@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// TestOpenEpochBuffersWaitForABatch: buffers of an epoch still open are
+// written once writeBatch bytes of them wait, not one round each.
+func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
+	db, err := Open(Config{Dir: t.TempDir(), EpochInterval: time.Minute, CheckpointInterval: -1,
+		Workers: 1, LogBufferSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	createKV(t, db, "t", storage.TypeBlob)
+	h, err := db.Table("t", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := db.loggers[0]
+	start := lg.sink.LastIndex()
+	value := storage.Blob(make([]byte, 1000))
+	k := int64(0)
+	write := func(bytes int64) {
+		for goal := lg.pending.Load() + bytes; lg.pending.Load() < goal; k++ {
+			x := db.BeginRaw()
+			x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{value})
+			if _, err := x.CommitAsync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(lg.writeBatch() / 2) // four buffers of the open epoch
+	queued := lg.pending.Load()
+	lg.poke() // as anything else may: a wake is no reason to write
+	time.Sleep(200 * time.Millisecond)
+	if got := lg.sink.LastIndex(); got != start {
+		t.Fatalf("the logger wrote %d records for %d bytes of buffers, below a batch of %d",
+			got-start, queued, lg.writeBatch())
+	}
+	write(lg.writeBatch() / 2)
+	for deadline := time.Now().Add(10 * time.Second); lg.sink.LastIndex() == start; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a batch of %d bytes waits for the epoch's close", lg.pending.Load())
+		}
+	}
+	if d := db.DurableEpoch(); d >= db.epoch.Load() {
+		t.Fatalf("durable epoch %d: the open epoch %d became durable", d, db.epoch.Load())
+	}
+}
+
+// TestWaitersOfAClosedEpochAreServed: many committers that wait for
+// durability are served by the loggers' rounds, never left for the epoch
+// tick (a minute away here). A logger that went idle while a worker still
+// committed into a closed epoch left them to it: no committer of a closed
+// epoch wakes a logger.
+func TestWaitersOfAClosedEpochAreServed(t *testing.T) {
+	db, _ := kvDB(t, Config{Dir: t.TempDir(), EpochInterval: time.Minute, CheckpointInterval: -1})
+	h, err := db.Table("t", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for c := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				k := int64(c*1000 + i)
+				x := db.BeginRaw()
+				x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{storage.BigInt(k)})
+				e, err := x.CommitAsync(context.Background())
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err = db.WaitDurable(ctx, e)
+					cancel()
+				}
+				if err != nil {
+					errs <- fmt.Errorf("client %d, commit %d: %w", c, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
