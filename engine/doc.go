@@ -63,7 +63,9 @@
 // the sink says they are durable publishes X, where X = min(E, epochs of
 // its committing workers) − 1 read before collecting. The durable epoch D
 // is the minimum over loggers; a commit is acknowledged when D reaches its
-// epoch. A committer that waits on the open epoch asks the next idle
+// epoch. Buffers of the open epoch wait until a batch of them (eight
+// buffers) is handed off, so that a round's write and fsync are not paid
+// per buffer (logger.writeBatch). A committer that waits on the open epoch asks the next idle
 // logger to close it at once, so a lone client waits for one log write and
 // fsync rather than an epoch, and under load committers pile into the
 // epoch being closed while the previous fsync runs (group commit). Before
