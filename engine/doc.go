@@ -65,10 +65,11 @@
 // is the minimum over loggers; a commit is acknowledged when D reaches its
 // epoch. Buffers of the open epoch wait until a batch of them (eight
 // buffers) is handed off, so that a round's write and fsync are not paid
-// per buffer (logger.writeBatch). A committer that waits on the open epoch asks the next idle
-// logger to close it at once, so a lone client waits for one log write and
-// fsync rather than an epoch, and under load committers pile into the
-// epoch being closed while the previous fsync runs (group commit). Before
+// per buffer (logger.writeBatch). A committer that waits on the open
+// epoch asks the next idle logger to close it at once, so a lone client
+// waits for one log write and fsync rather than an epoch, and under load
+// committers pile into the epoch being closed while the previous fsync
+// runs (group commit). Before
 // an early close the logger lingers (logger.linger): it yields once if
 // several committers asked since the last close, and, when at least twice
 // as many committers have recently waited at once as wait now and
