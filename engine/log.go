@@ -448,6 +448,10 @@ var testHookLinger atomic.Pointer[func()]
 func (lg *logger) round(all bool) bool {
 	db := lg.db
 	eNow := db.epoch.Load()
+	if !all && lg.durable.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
+		// Every closed epoch is durable: only the open one's buffers wait.
+		return false
+	}
 	low := eNow
 	for _, w := range lg.workers {
 		if a := w.active.Load(); a != 0 && a < low {
@@ -458,10 +462,6 @@ func (lg *logger) round(all bool) bool {
 	// rechecking it can hold low below an X this logger already marked.
 	// Marks never go back: recovery takes the last one as durable.
 	x := max(low-1, lg.durable.Load())
-	if !all && lg.durable.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
-		// Every closed epoch is durable: only the open one's buffers wait.
-		return false
-	}
 	// Walk the workers before taking the queue: a buffer of an epoch
 	// before eNow is then either still in its worker, or was handed off
 	// (under the worker's lock) before the walk reached it and so is in
