@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -337,18 +338,20 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	if len(cpus) < 2 {
 		return nil, 0, fmt.Errorf("--split needs at least 2 CPUs; this process may use %d", len(cpus))
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, 0, err
-	}
-	o.Listen = l.Addr().String()
-	l.Close()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, 0, err
 	}
-	cmd := exec.Command(exe, "server", "--data-dir", o.DataDir, "--listen", o.Listen, "--backend", o.Backend,
-		"--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
+	// The child picks its port and says which in addrFile: a port this
+	// process found free and let go of could be taken before the child
+	// bound it.
+	tmp, err := os.MkdirTemp("", "kiroku-bench-split-*")
+	if err != nil {
+		return nil, 0, err
+	}
+	addrFile := filepath.Join(tmp, "addr")
+	cmd := exec.Command(exe, "server", "--data-dir", o.DataDir, "--listen", "127.0.0.1:0", "--addr-file", addrFile,
+		"--backend", o.Backend, "--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
 		"--cpus", strconv.Itoa(cpus[0]), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "KIROKU_ADMIN_TOKEN="+o.AdminToken)
 	// The child writes to this process's standard error, not to errw: a
@@ -357,6 +360,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	// If this process dies without stopping it, the kernel stops the child.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
+		os.RemoveAll(tmp)
 		return nil, 0, fmt.Errorf("starting the ledger server: %w", err)
 	}
 	exited := make(chan error, 1)
@@ -370,15 +374,23 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 			<-exited
 		}
 		cpuset.Pin(cpus) // this process may use its CPUs again
+		os.RemoveAll(tmp)
 	}
 	if err := cpuset.Pin(cpus[1:]); err != nil {
 		stop()
 		return nil, 0, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
+	o.Listen = ""
 	for {
-		conn, err := net.DialTimeout("tcp", o.Listen, time.Second)
-		if err == nil {
+		if o.Listen == "" {
+			if b, err := os.ReadFile(addrFile); err == nil {
+				o.Listen = strings.TrimSpace(string(b))
+			}
+		}
+		if o.Listen == "" {
+			// The child has not written its address yet.
+		} else if conn, err := net.DialTimeout("tcp", o.Listen, time.Second); err == nil {
 			conn.Close()
 			fmt.Fprintf(errw, "ledger server: pid %d on CPU %d at %s; clients on CPUs %s\n",
 				cmd.Process.Pid, cpus[0], o.Listen, cpuset.Format(cpus[1:]))
@@ -387,6 +399,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		select {
 		case err := <-exited:
 			cpuset.Pin(cpus)
+			os.RemoveAll(tmp)
 			return nil, 0, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
 		case <-ctx.Done():
 			stop()
@@ -395,6 +408,9 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		}
 		if time.Now().After(deadline) {
 			stop()
+			if o.Listen == "" {
+				return nil, 0, fmt.Errorf("the ledger server did not write its address to %s within 30 s", addrFile)
+			}
 			return nil, 0, fmt.Errorf("the ledger server did not accept connections at %s within 30 s", o.Listen)
 		}
 	}

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/spf13/cobra"
 
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/internal/cpuset"
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/server"
 )
 
@@ -22,6 +26,7 @@ func serverCmd() *cobra.Command {
 		logLevel       string
 		logJSON        bool
 		cpus           string
+		addrFile       string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -71,6 +76,12 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 			if err != nil {
 				return err
 			}
+			if addrFile != "" {
+				dir, name := filepath.Split(addrFile)
+				if err := vfsutil.WriteFileAtomic(vfs.Default, filepath.Clean(dir), name, []byte(r.Addr()+"\n"), nil); err != nil {
+					return errors.Join(fmt.Errorf("--addr-file: %w", err), r.Stop(10*time.Second))
+				}
+			}
 			<-ctx.Done()
 			o.Logger.Info("shutting down")
 			return r.Stop(10 * time.Second)
@@ -86,6 +97,7 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
+	f.StringVar(&addrFile, "addr-file", "", "once the server accepts connections, write its gRPC address to this file (whole: written aside, then renamed), for --listen with port 0")
 	f.StringVar(&cpus, "cpus", "", "run only on these CPUs (a list such as 0 or 0,2-3), with GOMAXPROCS to match")
 	return cmd
 }
