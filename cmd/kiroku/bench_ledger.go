@@ -388,13 +388,13 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 				o.Listen = strings.TrimSpace(string(b))
 			}
 		}
-		if o.Listen == "" {
-			// The child has not written its address yet.
-		} else if conn, err := net.DialTimeout("tcp", o.Listen, time.Second); err == nil {
-			conn.Close()
-			fmt.Fprintf(errw, "ledger server: pid %d on CPU %d at %s; clients on CPUs %s\n",
-				cmd.Process.Pid, cpus[0], o.Listen, cpuset.Format(cpus[1:]))
-			return stop, cmd.Process.Pid, nil
+		if o.Listen != "" { // the child has written its address
+			if conn, err := net.DialTimeout("tcp", o.Listen, time.Second); err == nil {
+				conn.Close()
+				fmt.Fprintf(errw, "ledger server: pid %d on CPU %d at %s; clients on CPUs %s\n",
+					cmd.Process.Pid, cpus[0], o.Listen, cpuset.Format(cpus[1:]))
+				return stop, cmd.Process.Pid, nil
+			}
 		}
 		select {
 		case err := <-exited:
