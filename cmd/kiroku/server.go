@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -84,6 +85,13 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 			}
 			<-ctx.Done()
 			o.Logger.Info("shutting down")
+			if addrFile != "" {
+				// Gone before the server is: a stale address would send the
+				// next reader to a server no longer there.
+				if err := os.Remove(addrFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					o.Logger.Warn("removing the address file", "err", err)
+				}
+			}
 			return r.Stop(10 * time.Second)
 		},
 	}
@@ -97,7 +105,7 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
-	f.StringVar(&addrFile, "addr-file", "", "once the server accepts connections, write its gRPC address to this file (whole: written aside, then renamed), for --listen with port 0")
+	f.StringVar(&addrFile, "addr-file", "", "once the server accepts connections, write its gRPC address to this file (whole: written aside, then renamed), for --listen with port 0; removed at shutdown")
 	f.StringVar(&cpus, "cpus", "", "run only on these CPUs (a list such as 0 or 0,2-3), with GOMAXPROCS to match")
 	return cmd
 }

@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// startServer runs "kiroku server" with args in this process until the
-// test ends. The channel closes when the command returns, its error in
-// *result.
-func startServer(t *testing.T, args ...string) (done <-chan struct{}, result *error) {
+// startServer runs "kiroku server" with args in this process until stop
+// is called or the test ends. done closes when the command returns, its
+// error then in *result.
+func startServer(t *testing.T, args ...string) (done <-chan struct{}, result *error, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rootCmd()
@@ -29,26 +29,27 @@ func startServer(t *testing.T, args ...string) (done <-chan struct{}, result *er
 		*res = cmd.ExecuteContext(ctx)
 		close(ch)
 	}()
-	t.Cleanup(func() {
+	stop = func() {
 		cancel()
 		select {
 		case <-ch:
 		case <-time.After(30 * time.Second):
 			t.Error("the server did not stop within 30 s of its context's end")
 		}
-	})
-	return ch, res
+	}
+	t.Cleanup(stop)
+	return ch, res, stop
 }
 
 // TestServerAddrFile: with --listen on port 0, --addr-file receives the
-// address the server picked, whole, once it accepts connections, and the
-// ledger answers there.
+// address the server picked, whole, once it accepts connections, the
+// ledger answers there, and the file goes when the server stops.
 func TestServerAddrFile(t *testing.T) {
 	const token = "addr-file-token-0123456789"
 	t.Setenv("KIROKU_ADMIN_TOKEN", token)
 	dir := t.TempDir()
 	addrFile := filepath.Join(dir, "addr")
-	done, result := startServer(t, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--addr-file", addrFile)
+	done, result, stop := startServer(t, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--addr-file", addrFile)
 	var addr string
 	for deadline := time.Now().Add(30 * time.Second); addr == ""; {
 		b, err := os.ReadFile(addrFile)
@@ -90,6 +91,13 @@ func TestServerAddrFile(t *testing.T) {
 	if out, err := run(t, "list-contracts", "--config", cfg); err != nil || !strings.Contains(out, "builtin.ycsb_f") {
 		t.Fatalf("list-contracts at the address in the file: %v\n%s", err, out)
 	}
+	stop()
+	if err := *result; err != nil {
+		t.Fatalf("the server's shutdown: %v", err)
+	}
+	if _, err := os.Stat(addrFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the address file outlives the server: %v", err)
+	}
 }
 
 // TestServerAddrFileUnwritable: a server that cannot write its address
@@ -97,7 +105,7 @@ func TestServerAddrFile(t *testing.T) {
 // one will find it.
 func TestServerAddrFileUnwritable(t *testing.T) {
 	dir := t.TempDir()
-	done, result := startServer(t, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0",
+	done, result, _ := startServer(t, "--data-dir", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0",
 		"--addr-file", filepath.Join(dir, "missing", "addr"))
 	select {
 	case <-done:
