@@ -394,9 +394,8 @@ type ckptRec struct {
 // touchSink keeps touchRows's loads from being optimized away.
 var touchSink atomic.Uintptr
 
-// touchRows loads a word of each row, then the first byte of each row's
-// encoding, a stage at a time. A row's bytes sit behind two pointers
-// (record to row, row to its bytes), each a likely cache miss in a large
+// touchRows loads the first word of each row, a stage at a time. A row
+// sits behind a pointer (record to row), a likely cache miss in a large
 // database; encoding the rows one by one waited for every miss in turn,
 // while the loads of a stage do not depend on each other, so the
 // processor has the misses of a whole batch in flight at once, and the
@@ -406,12 +405,7 @@ func touchRows(batch []ckptRec) {
 	var sum uintptr
 	for i := range batch {
 		if rw := batch[i].rw; rw != nil {
-			sum += uintptr(len(rw.enc))
-		}
-	}
-	for i := range batch {
-		if rw := batch[i].rw; rw != nil && rw.enc != "" {
-			sum += uintptr(rw.enc[0])
+			sum += uintptr(rw.n)
 		}
 	}
 	touchSink.Add(sum)

@@ -141,7 +141,9 @@ func (d *decoder) row(schema *storage.Table) *row {
 			return nil
 		}
 	}
-	return &row{enc: string(start[:len(start)-len(d.b)])}
+	r, b := allocRow(len(start) - len(d.b))
+	copy(b, start)
+	return r
 }
 
 // logWrite is one decoded write of a log record or checkpoint.
@@ -180,7 +182,7 @@ func appendWrite(b []byte, tableID uint64, pk, ck string, r *row) []byte {
 	}
 	d[k] = 0
 	k++
-	k += copy(d[k:], r.enc)
+	k += copy(d[k:], r.enc())
 	return b[:n+k]
 }
 
@@ -188,19 +190,40 @@ func appendWrite(b []byte, tableID uint64, pk, ck string, r *row) []byte {
 func encodedSize(cols []storage.Value) int {
 	n := uvarintLen(uint64(len(cols)))
 	for i := range cols {
-		t, null, _, s := cols[i].Payload()
-		switch {
-		case null || t == 0:
-			n++
-		case t == storage.TypeText || t == storage.TypeBlob:
-			n += 1 + uvarintLen(uint64(len(s))) + len(s)
-		case t == storage.TypeBoolean:
-			n += 2
-		default:
-			n += 9
-		}
+		n += valueSize(&cols[i])
 	}
 	return n
+}
+
+// valueSize is the exact size of v encoded as a row's column.
+func valueSize(v *storage.Value) int {
+	t, null, _, s := v.Payload()
+	switch {
+	case null || t == 0:
+		return 1
+	case t == storage.TypeText || t == storage.TypeBlob:
+		return 1 + uvarintLen(uint64(len(s))) + len(s)
+	case t == storage.TypeBoolean:
+		return 2
+	default:
+		return 9
+	}
+}
+
+// valueEnd returns where the column encoded at enc[k:] ends. enc was
+// encoded by putValues, or checked when it was read (see row.values).
+func valueEnd(enc string, k int) int {
+	switch storage.DataType(enc[k]) {
+	case 0:
+		return k + 1
+	case storage.TypeText, storage.TypeBlob:
+		l, m := stringUvarint(enc[k+1:])
+		return k + 1 + m + int(l)
+	case storage.TypeBoolean:
+		return k + 2
+	default:
+		return k + 9
+	}
 }
 
 func uvarintLen(v uint64) int {
@@ -216,26 +239,31 @@ func uvarintLen(v uint64) int {
 func putValues(d []byte, cols []storage.Value) int {
 	k := 0
 	for i := range cols {
-		t, null, bits, s := cols[i].Payload()
-		switch {
-		case null || t == 0:
-			d[k] = 0
-			k++
-		case t == storage.TypeText || t == storage.TypeBlob:
-			d[k] = byte(t)
-			k++
-			k += putUvarint(d[k:], uint64(len(s)))
-			k += putString(d, k, s)
-		case t == storage.TypeBoolean:
-			d[k], d[k+1] = byte(t), byte(bits)
-			k += 2
-		default: // BIGINT, TIMESTAMP, DOUBLE
-			d[k] = byte(t)
-			binary.LittleEndian.PutUint64(d[k+1:], bits)
-			k += 9
-		}
+		k += putValue(d[k:], &cols[i])
 	}
 	return k
+}
+
+// putValue encodes v into d, which holds at least valueSize's bytes for
+// it, and returns the bytes written.
+func putValue(d []byte, v *storage.Value) int {
+	t, null, bits, s := v.Payload()
+	switch {
+	case null || t == 0:
+		d[0] = 0
+		return 1
+	case t == storage.TypeText || t == storage.TypeBlob:
+		d[0] = byte(t)
+		k := 1 + putUvarint(d[1:], uint64(len(s)))
+		return k + putString(d, k, s)
+	case t == storage.TypeBoolean:
+		d[0], d[1] = byte(t), byte(bits)
+		return 2
+	default: // BIGINT, TIMESTAMP, DOUBLE
+		d[0] = byte(t)
+		binary.LittleEndian.PutUint64(d[1:], bits)
+		return 9
+	}
 }
 
 // writeBound bounds a write's encoding: varints of at most 10 bytes for
@@ -244,7 +272,7 @@ func putValues(d []byte, cols []storage.Value) int {
 func writeBound(pk, ck string, r *row) int {
 	n := len(pk) + len(ck) + 32
 	if r != nil {
-		n += len(r.enc)
+		n += int(r.n)
 	}
 	return n
 }

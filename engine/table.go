@@ -27,24 +27,97 @@ type record struct {
 
 // row holds the value columns of a row, in schema order, encoded as the
 // log encodes them (codec.go: a count, then each value's tag and
-// payload), in one string. A row is immutable once built.
+// payload). A row is immutable once built.
 //
 // An encoded row takes less memory than values (no 32-byte value per
 // column, no separate string per TEXT or BLOB): on a ledger of a million
-// assets the live heap was a quarter to two fifths smaller. It is one
-// object without pointers for the collector to mark. The log and
+// assets the live heap was a quarter to two fifths smaller. The log and
 // checkpoints copy the encoding as it is; a read decodes it (values,
 // decodeInto), its strings pointing into it.
+//
+// A row is one allocation without pointers: its length, then its bytes
+// (allocRow), which the collector marks without scanning. A struct
+// holding the encoding as a string was a second object per row, with a
+// pointer to scan, on every collection for as long as the row lived.
 type row struct {
-	enc string
+	n uint32 // the encoding's length; its bytes follow
+}
+
+// allocRow returns a row of n bytes (at least one: a row's encoding
+// starts with its column count) and those bytes, for the caller to fill
+// before the row is shared. The allocation is of words, so that the row's
+// length is aligned and the object holds no pointers.
+func allocRow(n int) (*row, []byte) {
+	words := make([]uint32, 1+(n+3)/4)
+	words[0] = uint32(n)
+	return (*row)(unsafe.Pointer(&words[0])), unsafe.Slice((*byte)(unsafe.Pointer(&words[1])), n)
+}
+
+// enc is the row's encoding; strings taken from it keep the row alive.
+func (r *row) enc() string {
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(r), unsafe.Sizeof(*r))), r.n)
 }
 
 // newRow encodes cols into a row.
 func newRow(cols []storage.Value) *row {
-	b := make([]byte, encodedSize(cols))
+	r, b := allocRow(encodedSize(cols))
 	k := putUvarint(b, uint64(len(cols)))
-	k += putValues(b[k:], cols)
-	return &row{enc: unsafe.String(unsafe.SliceData(b), k)}
+	putValues(b[k:], cols)
+	return r
+}
+
+// mergeRow builds the row that overlays the set columns of cols on base
+// (nil: a new row, all NULL), as newRow(merge(...)) would, but copies
+// base's other columns as they are encoded. Decoding them into values and
+// encoding them again cost a partial Put (the Validator's outcome stamps
+// half the columns of a row of sixteen) two slices of values and the work
+// of both, with the write's locks held.
+func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
+	var enc string
+	start := 0
+	if base != nil {
+		n, k := stringUvarint(base.enc())
+		if int(n) != len(cols) {
+			// Every row of a table has its schema's columns; decode anyway
+			// rather than misread one that does not.
+			return newRow(merge(t, base, cols, set))
+		}
+		enc, start = base.enc(), k
+	}
+	size, k := uvarintLen(uint64(len(cols))), start
+	for i := range cols {
+		end := k + 1 // a NULL when there is no base
+		if enc != "" {
+			end = valueEnd(enc, k)
+		}
+		if set[i] {
+			size += valueSize(&cols[i])
+		} else {
+			size += end - k
+		}
+		k = end
+	}
+	r, b := allocRow(size)
+	j := putUvarint(b, uint64(len(cols)))
+	k = start
+	for i := range cols {
+		switch end := k + 1; {
+		case set[i]:
+			j += putValue(b[j:], &cols[i])
+			if enc != "" {
+				end = valueEnd(enc, k)
+			}
+			k = end
+		case enc != "":
+			end = valueEnd(enc, k)
+			j += copy(b[j:], enc[k:end])
+			k = end
+		default:
+			b[j] = 0
+			j++
+		}
+	}
+	return r
 }
 
 // values decodes the row's columns for table t. The row was encoded by
@@ -52,13 +125,13 @@ func newRow(cols []storage.Value) *row {
 // checkpoint, so it decodes without checks. TEXT and BLOB values share
 // the row's bytes.
 func (r *row) values(t *table) []storage.Value {
-	n, _ := stringUvarint(r.enc)
+	n, _ := stringUvarint(r.enc())
 	return r.decodeInto(t, make([]storage.Value, n))
 }
 
 // decodeInto decodes the row into out, which has room for its columns.
 func (r *row) decodeInto(t *table, out []storage.Value) []storage.Value {
-	s := r.enc
+	s := r.enc()
 	n, k := stringUvarint(s)
 	out = out[:n]
 	for i := range out {
@@ -114,20 +187,24 @@ func stringUvarint(s string) (uint64, int) {
 // or an absent read validates against it, the way Silo validates Masstree
 // node versions.
 //
-// The layout is for a lookup's cache misses: the struct is padded to 128
-// bytes, so the allocator gives it a 128-byte, line-aligned slot (in the
-// 96-byte size class, two of every three would straddle lines), and its
-// first line holds what a lookup and a commit of a table without
-// clustering key touch: the key (header and, when it fits, bytes), cl's
-// nil check and the record's TID word and row.
+// The layout is for a lookup's cache misses: the struct fills 128 bytes,
+// so the allocator gives it a 128-byte, line-aligned slot (in the 96-byte
+// size class, two of every three would straddle lines). Its first line
+// holds what a lookup and a commit of a table without clustering key
+// touch besides the key's bytes: the key's header, cl's nil check and the
+// record's TID word and row. The bytes of a key of up to 48 bytes are
+// inline in the second line, which the processor fetches with the first
+// (its adjacent-line prefetch pairs the lines of an aligned 128 bytes): a
+// nonce's key (a UUID, 38 bytes encoded), which the ledger's transaction
+// states and the Validator's log are keyed by, needs no string of its
+// own, one object fewer per transaction for the collector to mark.
 type partition struct {
 	pk  string        // encoded partition key, in inl if it fits
 	cl  *clustering   // nil for a table without clustering key
-	inl [16]byte      // pk's bytes when they fit
 	one record        // the record of a table without clustering key
 	t   *table        //
 	ver atomic.Uint64 // bumped by every insert into cl's tree
-	_   [32]byte      // the 128-byte size class
+	inl [48]byte      // pk's bytes when they fit
 }
 
 // clustering is a partition's ordered records, for a table with a
@@ -435,8 +512,28 @@ func (t *table) makePartition(h uint64, pk string) (p *partition, created bool, 
 	return np, true, old
 }
 
+// inlineRecord is a record allocated with room for a short clustering
+// key, which it stores instead of a string of its own: a ledger version's
+// key (a BIGINT, 9 bytes encoded), a clock counter's. The 64-byte size
+// class holds both, where the record alone took 48 bytes and its key a
+// 16-byte object: one object fewer per row for the collector to mark, on
+// every cycle, for as long as the row lives.
+type inlineRecord struct {
+	r   record
+	inl [16]byte
+}
+
 func newRecord(p *partition, ck string) *record {
-	r := &record{ck: ck, p: p}
+	var r *record
+	if len(ck) <= len(inlineRecord{}.inl) {
+		ir := &inlineRecord{}
+		n := copy(ir.inl[:], ck)
+		ir.r.ck = unsafe.String(&ir.inl[0], n)
+		r = &ir.r
+	} else {
+		r = &record{ck: ck}
+	}
+	r.p = p
 	r.tid.Store(tidLatest | tidAbsent)
 	return r
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,8 +119,8 @@ func TestPartitionMapReadersDuringGrowth(t *testing.T) {
 }
 
 // TestPartitionLayout: a partition fills a 128-byte size class, so it
-// starts on a cache line, and a lookup's and a commit's fields sit in that
-// first line.
+// starts on a cache line, a lookup's and a commit's fields sit in that
+// first line, and a nonce's key is stored inline.
 func TestPartitionLayout(t *testing.T) {
 	var p partition
 	if n := unsafe.Sizeof(p); n <= 112 || n > 128 {
@@ -129,10 +130,11 @@ func TestPartitionLayout(t *testing.T) {
 		t.Fatalf("the record's row pointer ends at byte %d, past the first cache line", end)
 	}
 	tb := textTable()
-	for _, k := range []string{"short", "a key longer than sixteen bytes"} {
+	nonce := textTable().encodePartition(storage.Values{"k": storage.Text("6ba7b810-9dad-11d1-80b4-00c04fd430c8")})
+	for _, k := range []string{"short", "a key longer than sixteen bytes", nonce, nonce + strings.Repeat("x", 48-len(nonce)), nonce + strings.Repeat("x", 49-len(nonce))} {
 		q := newPartition(tb, k)
 		inline := unsafe.StringData(q.pk) == &q.inl[0]
-		if q.pk != k || inline != (len(k) <= len(q.inl)) {
+		if q.pk != k || inline != (len(k) <= len(q.inl)) || k == nonce && !inline {
 			t.Fatalf("partition key %q stored as %q, inline %v", k, q.pk, inline)
 		}
 	}
@@ -198,6 +200,34 @@ func TestItemOrder(t *testing.T) {
 	for _, k := range want {
 		if r, _ := p.lookup(k); r == nil || r.ck != k {
 			t.Fatalf("lookup(%q) = %v", k, r)
+		}
+	}
+}
+
+// TestRecordKeyInline: a record keeps a clustering key of up to 16 bytes
+// in its own allocation, a copy that outlives the caller's bytes, and a
+// longer one as given.
+func TestRecordKeyInline(t *testing.T) {
+	p := newPartition(textTable(), "p")
+	for _, n := range []int{1, 9, 16, 17, 40} {
+		buf := []byte(strings.Repeat("k", n))
+		ck := unsafe.String(unsafe.SliceData(buf), n)
+		r := newRecord(p, ck)
+		if r.p != p || r.tid.Load() != tidLatest|tidAbsent {
+			t.Fatalf("key of %d bytes: record of partition %p, TID %#x", n, r.p, r.tid.Load())
+		}
+		if n > 16 {
+			if unsafe.StringData(r.ck) != unsafe.StringData(ck) {
+				t.Fatalf("key of %d bytes copied", n)
+			}
+			continue
+		}
+		if unsafe.StringData(r.ck) != &(*inlineRecord)(unsafe.Pointer(r)).inl[0] {
+			t.Fatalf("key of %d bytes not inline", n)
+		}
+		clear(buf) // the caller's bytes change; an inline key must not
+		if r.ck != strings.Repeat("k", n) {
+			t.Fatalf("key of %d bytes stored as %q", n, r.ck)
 		}
 	}
 }
