@@ -141,7 +141,11 @@ func (d *decoder) row(schema *storage.Table) *row {
 			return nil
 		}
 	}
-	r, b := allocRow(len(start) - len(d.b))
+	size := len(start) - len(d.b)
+	if size == 1 {
+		return noColumns // the only one-byte row: a count of zero
+	}
+	r, b := allocRow(size)
 	copy(b, start)
 	return r
 }

@@ -101,7 +101,8 @@ func TestRawRowOwnsItsColumns(t *testing.T) {
 
 // TestRowValuesRoundTrip: a stored row decodes to the values it was built
 // from, of every type, long strings (two-byte lengths) and NULLs (typed by
-// the schema), and a row of no value columns decodes to none.
+// the schema), and a row of no value columns decodes to none (all such
+// rows share one).
 func TestRowValuesRoundTrip(t *testing.T) {
 	cols := []storage.Column{{Name: "b", Type: storage.TypeBoolean}, {Name: "i", Type: storage.TypeBigInt},
 		{Name: "d", Type: storage.TypeDouble}, {Name: "s", Type: storage.TypeText}, {Name: "x", Type: storage.TypeBlob},
@@ -123,6 +124,10 @@ func TestRowValuesRoundTrip(t *testing.T) {
 	keysOnly := newTable(2, &storage.Table{Namespace: "n", Name: "k", PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}}})
 	if got := newRow(nil).values(keysOnly); len(got) != 0 {
 		t.Errorf("a row of no columns decodes to %v", got)
+	}
+	d := decoder{b: []byte{0}}
+	if newRow(nil) != noColumns || d.row(keysOnly.schema) != noColumns || mergeRow(keysOnly, nil, nil, nil) != noColumns {
+		t.Errorf("rows of no columns do not share one")
 	}
 }
 

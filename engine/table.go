@@ -58,8 +58,20 @@ func (r *row) enc() string {
 	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(r), unsafe.Sizeof(*r))), r.n)
 }
 
+// noColumns is the row of a table whose columns are all in its key (the
+// Validator's index of unvalidated transactions): rows are immutable, so
+// all of them share this one instead of each being an object of its own.
+var noColumns = func() *row {
+	r, b := allocRow(1)
+	b[0] = 0 // a count of zero
+	return r
+}()
+
 // newRow encodes cols into a row.
 func newRow(cols []storage.Value) *row {
+	if len(cols) == 0 {
+		return noColumns
+	}
 	r, b := allocRow(encodedSize(cols))
 	k := putUvarint(b, uint64(len(cols)))
 	putValues(b[k:], cols)
@@ -73,6 +85,9 @@ func newRow(cols []storage.Value) *row {
 // half the columns of a row of sixteen) two slices of values and the work
 // of both, with the write's locks held.
 func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
+	if len(cols) == 0 {
+		return noColumns
+	}
 	var enc string
 	start := 0
 	if base != nil {
