@@ -204,25 +204,34 @@ func TestItemOrder(t *testing.T) {
 	}
 }
 
-// TestRecordKeyInline: a record keeps a clustering key of up to 16 bytes
+// TestRecordKeyInline: a record keeps a clustering key of up to 56 bytes
 // in its own allocation, a copy that outlives the caller's bytes, and a
-// longer one as given.
+// longer one as given; the two inline sizes fill their size classes.
 func TestRecordKeyInline(t *testing.T) {
+	if a, b := unsafe.Sizeof(inlineRecord{}), unsafe.Sizeof(longInlineRecord{}); a != 56 || b != 96 {
+		t.Fatalf("inline records of %d and %d bytes, want 56 (the 64-byte class) and 96", a, b)
+	}
 	p := newPartition(textTable(), "p")
-	for _, n := range []int{1, 9, 16, 17, 40} {
+	for _, n := range []int{1, 9, 16, 17, 47, 56, 57, 100} {
 		buf := []byte(strings.Repeat("k", n))
 		ck := unsafe.String(unsafe.SliceData(buf), n)
 		r := newRecord(p, ck)
 		if r.p != p || r.tid.Load() != tidLatest|tidAbsent {
 			t.Fatalf("key of %d bytes: record of partition %p, TID %#x", n, r.p, r.tid.Load())
 		}
-		if n > 16 {
+		var inl *byte
+		switch {
+		case n <= 16:
+			inl = &(*inlineRecord)(unsafe.Pointer(r)).inl[0]
+		case n <= 56:
+			inl = &(*longInlineRecord)(unsafe.Pointer(r)).inl[0]
+		default:
 			if unsafe.StringData(r.ck) != unsafe.StringData(ck) {
 				t.Fatalf("key of %d bytes copied", n)
 			}
 			continue
 		}
-		if unsafe.StringData(r.ck) != &(*inlineRecord)(unsafe.Pointer(r)).inl[0] {
+		if unsafe.StringData(r.ck) != inl {
 			t.Fatalf("key of %d bytes not inline", n)
 		}
 		clear(buf) // the caller's bytes change; an inline key must not
