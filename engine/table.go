@@ -202,24 +202,20 @@ func stringUvarint(s string) (uint64, int) {
 // or an absent read validates against it, the way Silo validates Masstree
 // node versions.
 //
-// The layout is for a lookup's cache misses: the struct fills 128 bytes,
-// so the allocator gives it a 128-byte, line-aligned slot (in the 96-byte
-// size class, two of every three would straddle lines). Its first line
-// holds what a lookup and a commit of a table without clustering key
-// touch besides the key's bytes: the key's header, cl's nil check and the
-// record's TID word and row. The bytes of a key of up to 48 bytes are
-// inline in the second line, which the processor fetches with the first
-// (its adjacent-line prefetch pairs the lines of an aligned 128 bytes): a
-// nonce's key (a UUID, 38 bytes encoded), which the ledger's transaction
-// states and the Validator's log are keyed by, needs no string of its
-// own, one object fewer per transaction for the collector to mark.
+// The layout is for a lookup's cache misses: the struct is padded to 128
+// bytes, so the allocator gives it a 128-byte, line-aligned slot (in the
+// 96-byte size class, two of every three would straddle lines), and its
+// first line holds what a lookup and a commit of a table without
+// clustering key touch: the key (header and, when it fits, bytes), cl's
+// nil check and the record's TID word and row.
 type partition struct {
 	pk  string        // encoded partition key, in inl if it fits
 	cl  *clustering   // nil for a table without clustering key
+	inl [16]byte      // pk's bytes when they fit
 	one record        // the record of a table without clustering key
 	t   *table        //
 	ver atomic.Uint64 // bumped by every insert into cl's tree
-	inl [48]byte      // pk's bytes when they fit
+	_   [32]byte      // the 128-byte size class
 }
 
 // clustering is a partition's ordered records, for a table with a
