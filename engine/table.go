@@ -99,16 +99,20 @@ func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
 		}
 		enc, start = base.enc(), k
 	}
+	// A column's bytes in base run from k to end; with no base, end is k.
 	size, k := uvarintLen(uint64(len(cols))), start
 	for i := range cols {
-		end := k + 1 // a NULL when there is no base
+		end := k
 		if enc != "" {
 			end = valueEnd(enc, k)
 		}
-		if set[i] {
+		switch {
+		case set[i]:
 			size += valueSize(&cols[i])
-		} else {
+		case enc != "":
 			size += end - k
+		default:
+			size++ // NULL
 		}
 		k = end
 	}
@@ -116,21 +120,20 @@ func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
 	j := putUvarint(b, uint64(len(cols)))
 	k = start
 	for i := range cols {
-		switch end := k + 1; {
+		end := k
+		if enc != "" {
+			end = valueEnd(enc, k)
+		}
+		switch {
 		case set[i]:
 			j += putValue(b[j:], &cols[i])
-			if enc != "" {
-				end = valueEnd(enc, k)
-			}
-			k = end
 		case enc != "":
-			end = valueEnd(enc, k)
 			j += copy(b[j:], enc[k:end])
-			k = end
 		default:
-			b[j] = 0
+			b[j] = 0 // NULL
 			j++
 		}
+		k = end
 	}
 	return r
 }
