@@ -99,13 +99,16 @@ func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
 		}
 		enc, start = base.enc(), k
 	}
-	// A column's bytes in base run from k to end; with no base, end is k.
+	// A column's bytes in base run from k to colEnd(k); with no base, to k.
+	colEnd := func(k int) int {
+		if enc == "" {
+			return k
+		}
+		return valueEnd(enc, k)
+	}
 	size, k := uvarintLen(uint64(len(cols))), start
 	for i := range cols {
-		end := k
-		if enc != "" {
-			end = valueEnd(enc, k)
-		}
+		end := colEnd(k)
 		switch {
 		case set[i]:
 			size += valueSize(&cols[i])
@@ -120,10 +123,7 @@ func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
 	j := putUvarint(b, uint64(len(cols)))
 	k = start
 	for i := range cols {
-		end := k
-		if enc != "" {
-			end = valueEnd(enc, k)
-		}
+		end := colEnd(k)
 		switch {
 		case set[i]:
 			j += putValue(b[j:], &cols[i])
