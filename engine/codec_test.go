@@ -126,7 +126,7 @@ func TestRowValuesRoundTrip(t *testing.T) {
 		t.Errorf("a row of no columns decodes to %v", got)
 	}
 	d := decoder{b: []byte{0}}
-	if newRow(nil) != noColumns || d.row(keysOnly.schema) != noColumns || mergeRow(keysOnly, nil, nil, nil) != noColumns {
+	if newRow(nil) != noColumns || d.row(keysOnly.schema) != noColumns || mergeRow(nil, nil, nil) != noColumns {
 		t.Errorf("rows of no columns do not share one")
 	}
 }
@@ -175,7 +175,7 @@ func TestMergeRowMatchesDecodedMerge(t *testing.T) {
 			}
 			for _, b := range []*row{nil, newRow(base)} {
 				want := newRow(merge(tb, b, over, set)).enc()
-				if got := mergeRow(tb, b, over, set).enc(); got != want {
+				if got := mergeRow(b, over, set).enc(); got != want {
 					t.Fatalf("columns %v, base %v, mask %b: merged %q, want %q", cols, b != nil, mask, got, want)
 				}
 			}

@@ -84,20 +84,17 @@ func newRow(cols []storage.Value) *row {
 // encoding them again cost a partial Put (the Validator's outcome stamps
 // half the columns of a row of sixteen) two slices of values and the work
 // of both, with the write's locks held.
-func mergeRow(t *table, base *row, cols []storage.Value, set []bool) *row {
+func mergeRow(base *row, cols []storage.Value, set []bool) *row {
 	if len(cols) == 0 {
 		return noColumns
 	}
+	// A row has its table's columns, as cols does: the decoder checks the
+	// count of every row it reads, and newRow encodes a whole schema's.
 	var enc string
 	start := 0
 	if base != nil {
-		n, k := stringUvarint(base.enc())
-		if int(n) != len(cols) {
-			// Every row of a table has its schema's columns; decode anyway
-			// rather than misread one that does not.
-			return newRow(merge(t, base, cols, set))
-		}
-		enc, start = base.enc(), k
+		enc = base.enc()
+		_, start = stringUvarint(enc)
 	}
 	// A column's bytes in base run from k to colEnd(k); with no base, to k.
 	colEnd := func(k int) int {
@@ -546,17 +543,19 @@ type longInlineRecord struct {
 
 func newRecord(p *partition, ck string) *record {
 	var r *record
+	var inl []byte
 	switch {
 	case len(ck) <= len(inlineRecord{}.inl):
 		ir := &inlineRecord{}
-		r = &ir.r
-		r.ck = unsafe.String(&ir.inl[0], copy(ir.inl[:], ck))
+		r, inl = &ir.r, ir.inl[:]
 	case len(ck) <= len(longInlineRecord{}.inl):
 		ir := &longInlineRecord{}
-		r = &ir.r
-		r.ck = unsafe.String(&ir.inl[0], copy(ir.inl[:], ck))
+		r, inl = &ir.r, ir.inl[:]
 	default:
 		r = &record{ck: ck}
+	}
+	if inl != nil {
+		r.ck = unsafe.String(unsafe.SliceData(inl), copy(inl, ck))
 	}
 	r.p = p
 	r.tid.Store(tidLatest | tidAbsent)

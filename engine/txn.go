@@ -591,7 +591,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 			if wr.old&tidAbsent == 0 {
 				base = wr.r.row.Load()
 			}
-			wr.out = mergeRow(wr.t, base, wr.cols, wr.set)
+			wr.out = mergeRow(base, wr.cols, wr.set)
 		}
 	}
 	// Each row must fit one log record and one checkpoint chunk.
