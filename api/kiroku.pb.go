@@ -1302,8 +1302,16 @@ func (x *AssetVersion) GetProofSignature() []byte {
 }
 
 type GetAssetReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Versions      []*AssetVersion        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Versions []*AssetVersion        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// limit is the most versions this reply could hold: the request's
+	// limit after the server's cap.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// truncated: the server's reply budget ended the reply before limit
+	// versions and before the range's end, so more versions of the range
+	// may follow the last one. Ask again from after it (the Go SDK's
+	// History does).
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,6 +1351,20 @@ func (x *GetAssetReply) GetVersions() []*AssetVersion {
 		return x.Versions
 	}
 	return nil
+}
+
+func (x *GetAssetReply) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetAssetReply) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 type GetProofRequest struct {
@@ -1925,9 +1947,11 @@ const file_kiroku_proto_rawDesc = "" +
 	" \x01(\fR\tsignature\x12\x1b\n" +
 	"\tprev_hash\x18\v \x01(\fR\bprevHash\x12\x12\n" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x12'\n" +
-	"\x0fproof_signature\x18\r \x01(\fR\x0eproofSignature\"D\n" +
+	"\x0fproof_signature\x18\r \x01(\fR\x0eproofSignature\"x\n" +
 	"\rGetAssetReply\x123\n" +
-	"\bversions\x18\x01 \x03(\v2\x17.kiroku.v1.AssetVersionR\bversions\"3\n" +
+	"\bversions\x18\x01 \x03(\v2\x17.kiroku.v1.AssetVersionR\bversions\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"3\n" +
 	"\x0fGetProofRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03age\x18\x02 \x01(\x03R\x03age\")\n" +

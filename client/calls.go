@@ -188,23 +188,46 @@ func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, er
 	return wire.TxStateFromAPI(st)
 }
 
-// History returns versions of asset id.
+// History returns the versions of asset id in r: at most r.Limit, or the
+// server's cap when r.Limit is 0. The server keeps each reply within a
+// byte budget and says when the budget cut one short; History then asks
+// again from after the last version it got, until it has the limit or
+// the range's end.
 func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]*ledger.Version, error) {
-	reply, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
-		return c.api.GetAsset(ctx, &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(r.Limit)}, o...)
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*ledger.Version, 0, len(reply.Versions))
-	for _, v := range reply.Versions {
-		lv, err := wire.VersionFromAPI(v)
+	var out []*ledger.Version
+	limit := r.Limit
+	for {
+		req := &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(limit)}
+		reply, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
+			return c.api.GetAsset(ctx, req, o...)
+		})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, lv)
+		for _, v := range reply.Versions {
+			lv, err := wire.VersionFromAPI(v)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, lv)
+		}
+		n := len(reply.Versions)
+		if !reply.Truncated || n == 0 || int(reply.Limit) <= n {
+			return out, nil
+		}
+		// The rest of the range, after the last version received; a page
+		// out of order ends the walk rather than loop.
+		last := out[len(out)-1].Age
+		switch {
+		case r.Ascending && last >= r.Start:
+			r.Start = last + 1
+		case !r.Ascending && last >= r.Start && (r.End < 0 || last <= r.End) && last > 0:
+			r.End = last - 1
+		default:
+			return out, nil
+		}
+		limit = int(reply.Limit) - n
 	}
-	return out, nil
 }
 
 // Proof fetches the proof of version age of asset id.

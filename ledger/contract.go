@@ -31,7 +31,8 @@ type Limits struct {
 	MaxWrites int
 	// MaxReplyBytes bounds an execute's reply (result, receipt and one
 	// proof per write, each carrying the transaction's input set),
-	// estimated before the transaction commits; 0 means 16 MiB. The Go
+	// estimated before the transaction commits, and a History page, which
+	// holds fewer versions rather than pass it; 0 means 16 MiB. The Go
 	// SDK accepts replies of up to client.MaxReplyBytes (64 MiB).
 	MaxReplyBytes int
 	// MaxValidateVersions bounds the versions one ValidateLedger call

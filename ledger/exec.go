@@ -231,7 +231,26 @@ const (
 	sigBytes      = 72 + 3
 	entryOverhead = 3 + 2 + 1 + 10 + 1
 	proofOverhead = 11 + 2*(32+2) + sigBytes + 3*3 + 4
+	// versionOverhead bounds a version's encoding beyond its strings'
+	// and input entries' bytes: its own tag and length (6), the tag and
+	// length of each of its ten other length-prefixed fields (6 each),
+	// its age (11) and its key version (6).
+	versionOverhead = 6 + 10*6 + 11 + 6
+	// historyReplyOverhead bounds a History reply's fields besides its
+	// versions: its limit (6) and truncated flag (2).
+	historyReplyOverhead = 6 + 2
 )
+
+// EncodedBound bounds the size of v's protobuf encoding as an element of
+// a reply (api.AssetVersion), which History keeps within MaxReplyBytes.
+func (v *Version) EncodedBound() int {
+	n := versionOverhead + len(v.ID) + len(v.Output) + len(v.Contract) + len(v.Argument) + len(v.Nonce) + len(v.Entity) +
+		len(v.Signature) + len(v.PrevHash) + len(v.Hash) + len(v.ProofSignature)
+	for id := range v.Input {
+		n += len(id) + entryOverhead
+	}
+	return n
+}
 
 // commit turns the transaction's writes into hash-chained versions, writes
 // them with their heads and the committed state, and returns the proofs.
@@ -305,6 +324,16 @@ func (l *Ledger) scanVersions(ctx context.Context, rd reader, id string, latest 
 }
 
 func (l *Ledger) scanRows(ctx context.Context, rd reader, id string, latest int64, r ScanRange, cols ...string) ([]storage.Row, error) {
+	rows, err := l.openScan(ctx, rd, id, latest, r, cols...)
+	if err != nil || rows == nil {
+		return nil, err
+	}
+	return storage.CollectRows(rows)
+}
+
+// openScan starts the scan of r's versions of id, of which latest is the
+// newest; nil rows for an empty range.
+func (l *Ledger) openScan(ctx context.Context, rd reader, id string, latest int64, r ScanRange, cols ...string) (storage.Rows, error) {
 	end := r.End
 	if end < 0 || end > latest {
 		end = latest
@@ -316,16 +345,12 @@ func (l *Ledger) scanRows(ctx context.Context, rd reader, id string, latest int6
 	if !r.Ascending {
 		order = storage.Desc
 	}
-	rows, err := rd.Scan(ctx, &storage.Scan{Namespace: l.ns, Table: tAssets, Partition: storage.Values{"id": storage.Text(id)},
+	return rd.Scan(ctx, &storage.Scan{Namespace: l.ns, Table: tAssets, Partition: storage.Values{"id": storage.Text(id)},
 		Start:      &storage.Bound{Key: storage.Values{"age": storage.BigInt(r.Start)}, Inclusive: true},
 		End:        &storage.Bound{Key: storage.Values{"age": storage.BigInt(end)}, Inclusive: true},
 		Order:      order,
 		Limit:      r.Limit,
 		Projection: cols})
-	if err != nil {
-		return nil, err
-	}
-	return storage.CollectRows(rows)
 }
 
 // ---- reads outside transactions ----
@@ -360,8 +385,25 @@ func (l *Ledger) Version(ctx context.Context, id string, age int64) (*Version, e
 	return rowVersion(id, row)
 }
 
-// History returns the versions of asset id in r (at most the scan cap).
-func (l *Ledger) History(ctx context.Context, id string, r ScanRange) ([]*Version, error) {
+// A HistoryPage is what one History call returns of a range.
+type HistoryPage struct {
+	Versions []*Version
+	// Limit is the most versions the call could return: the range's
+	// Limit, capped at MaxScanLimit.
+	Limit int
+	// Truncated says the reply budget (MaxReplyBytes) ended the page
+	// before Limit versions and before the range's end: more versions of
+	// the range may follow the last one.
+	Truncated bool
+}
+
+// History returns the versions of asset id in r: at most r.Limit (the
+// scan cap if 0 or above it), and fewer if their encoding would pass
+// MaxReplyBytes, so that a reply stays within what a client receives. It
+// always returns at least one version of a range that has one: a stored
+// version's encoding is bounded well below the client's limit (its input
+// set by the execute reply's bound, its value and argument by theirs).
+func (l *Ledger) History(ctx context.Context, id string, r ScanRange) (*HistoryPage, error) {
 	if err := checkAssetID(id); err != nil {
 		return nil, err
 	}
@@ -371,17 +413,30 @@ func (l *Ledger) History(ctx context.Context, id string, r ScanRange) ([]*Versio
 	if r.Limit <= 0 || r.Limit > l.lim.MaxScanLimit {
 		r.Limit = l.lim.MaxScanLimit
 	}
-	rows, err := l.scanRows(ctx, l.b, id, math.MaxInt64, r)
-	if err != nil {
-		return nil, err
+	page := &HistoryPage{Limit: r.Limit}
+	rows, err := l.openScan(ctx, l.b, id, math.MaxInt64, r)
+	if err != nil || rows == nil {
+		return page, err
 	}
-	out := make([]*Version, len(rows))
-	for i, row := range rows {
-		if out[i], err = rowVersion(id, row); err != nil {
+	defer rows.Close()
+	size := historyReplyOverhead
+	for rows.Next() {
+		v, err := rowVersion(id, rows.Row())
+		if err != nil {
 			return nil, err
 		}
+		n := v.EncodedBound()
+		if len(page.Versions) > 0 && size+n > l.lim.MaxReplyBytes {
+			page.Truncated = true
+			break
+		}
+		size += n
+		page.Versions = append(page.Versions, v)
 	}
-	return out, nil
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return page, rows.Close()
 }
 
 // Proof returns the stored proof of version age of asset id.

@@ -69,6 +69,11 @@ var nsCounter struct {
 
 func newFixture(t *testing.T, b storage.Backend) *fixture {
 	t.Helper()
+	return newFixtureLimits(t, b, Limits{MaxSteps: 100_000, MaxValueBytes: 4096, MaxArgumentBytes: 4096, MaxWrites: 1000})
+}
+
+func newFixtureLimits(t *testing.T, b storage.Backend, lim Limits) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -86,8 +91,7 @@ func newFixture(t *testing.T, b storage.Backend) *fixture {
 	nsCounter.n++
 	ns := fmt.Sprintf("lt%d_%d", time.Now().UnixNano()%1e9, nsCounter.n)
 	nsCounter.Unlock()
-	l, err := Open(ctx, Config{Backend: b, Namespace: ns, Signer: signer, ProofVerifier: verifier, Secrets: box,
-		Limits: Limits{MaxSteps: 100_000, MaxValueBytes: 4096, MaxArgumentBytes: 4096, MaxWrites: 1000}})
+	l, err := Open(ctx, Config{Backend: b, Namespace: ns, Signer: signer, ProofVerifier: verifier, Secrets: box, Limits: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +181,11 @@ func TestExecuteChainsAndValidates(t *testing.T) {
 				t.Fatalf("tx state %+v, %v", st, err)
 			}
 		}
-		hist, err := f.l.History(ctx, "plant-7", ScanRange{End: -1, Ascending: true})
-		if err != nil || len(hist) != 3 {
-			t.Fatalf("history %d versions, %v", len(hist), err)
+		page, err := f.l.History(ctx, "plant-7", ScanRange{End: -1, Ascending: true})
+		if err != nil || len(page.Versions) != 3 || page.Truncated {
+			t.Fatalf("history %+v, %v", page, err)
 		}
+		hist := page.Versions
 		for i, v := range hist {
 			if !bytes.Equal(v.Hash, v.ComputeHash()) || (i > 0 && !bytes.Equal(v.PrevHash, hist[i-1].Hash)) {
 				t.Fatalf("version %d does not chain", i)
@@ -409,7 +414,7 @@ def invoke(ledger, args):
 		if err != nil {
 			t.Fatal(err)
 		}
-		runs[i] = h
+		runs[i] = h.Versions
 		for _, id := range []string{"d", "e"} {
 			if val, err := f.l.ValidateLedger(context.Background(), id, 0, -1); err != nil || val.Fault != nil || val.Checked != 4 {
 				t.Fatalf("validate %s: %+v %v", id, val, err)
@@ -558,8 +563,11 @@ func TestConcurrentChains(t *testing.T) {
 				t.Fatalf("validate %s: %+v %v", id, val.Fault, err)
 			}
 			total += val.Checked - 1
-			hist, _ := f.l.History(ctx, id, ScanRange{End: -1, Ascending: true})
-			for _, v := range hist[1:] {
+			hist, err := f.l.History(ctx, id, ScanRange{End: -1, Ascending: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range hist.Versions[1:] {
 				if committed[v.Nonce] != v.Age {
 					t.Fatalf("%s age %d written by %s, which was acknowledged at age %d", id, v.Age, v.Nonce, committed[v.Nonce])
 				}

@@ -88,12 +88,12 @@ func (s *service) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*
 }
 
 func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.GetAssetReply, error) {
-	vs, err := s.l.History(ctx, r.Id, ledger.ScanRange{Start: r.StartAge, End: r.EndAge, Ascending: !r.Descending, Limit: int(r.Limit)})
+	page, err := s.l.History(ctx, r.Id, ledger.ScanRange{Start: r.StartAge, End: r.EndAge, Ascending: !r.Descending, Limit: int(r.Limit)})
 	if err != nil {
 		return nil, toStatus(ctx, err)
 	}
-	out := &api.GetAssetReply{}
-	for _, v := range vs {
+	out := &api.GetAssetReply{Limit: int32(page.Limit), Truncated: page.Truncated}
+	for _, v := range page.Versions {
 		out.Versions = append(out.Versions, wire.VersionToAPI(v))
 	}
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/ledger"
 )
 
@@ -63,6 +64,47 @@ func TestReplyBound(t *testing.T) {
 		size := proto.Size(ResultToAPI(res))
 		if bound := ledger.ReplyBound(req, result, input, writes); bound < size {
 			t.Errorf("%s: bound %d bytes, reply %d", tc.name, bound, size)
+		}
+	}
+}
+
+// TestVersionEncodedBound: the bounds History adds up to keep a reply
+// within its budget are at least the encoded size of the reply, for
+// empty and long fields (a 3 MiB value takes a 4-byte length), absent and
+// present inputs, and the largest ages and key versions.
+func TestVersionEncodedBound(t *testing.T) {
+	long := func(n int) []byte { return bytes.Repeat([]byte("v"), n) }
+	var vs []*ledger.Version
+	for i, tc := range []struct {
+		fields, value, inputs int
+		age                   int64
+	}{
+		{0, 0, 0, 0},
+		{1, 1, 1, -1},
+		{200, 64 << 10, 300, 1<<63 - 1},
+		{128, 3 << 20, 5, -1},
+	} {
+		in := map[string]int64{}
+		for j := range tc.inputs {
+			in[fmt.Sprintf("in%d-%s", j, long(tc.fields))] = tc.age
+		}
+		f := string(long(tc.fields))
+		vs = append(vs, &ledger.Version{ID: f, Age: 1<<63 - 1, Input: in, Output: long(tc.value), Contract: f,
+			Argument: long(tc.value), Nonce: f, Entity: f, KeyVersion: 1<<32 - 1, Signature: long(72), PrevHash: long(32),
+			Hash: long(32), ProofSignature: long(72)})
+		if i == 0 {
+			vs[0].Signature, vs[0].PrevHash, vs[0].Hash, vs[0].ProofSignature = nil, nil, nil, nil
+		}
+	}
+	for n := 1; n <= len(vs); n++ {
+		reply := &api.GetAssetReply{Limit: 1<<31 - 1, Truncated: true}
+		bound := 6 + 2 // the reply's limit and truncated flag (historyReplyOverhead)
+		for _, v := range vs[:n] {
+			reply.Versions = append(reply.Versions, VersionToAPI(v))
+			bound += v.EncodedBound()
+		}
+		if size := proto.Size(reply); bound < size {
+			t.Errorf("%d versions: bound %d bytes, reply %d", n, bound, size)
 		}
 	}
 }
