@@ -392,8 +392,8 @@ type HistoryPage struct {
 	// Limit, capped at MaxScanLimit.
 	Limit int
 	// Truncated says the reply budget (MaxReplyBytes) ended the page
-	// before Limit versions and before the range's end: more versions of
-	// the range may follow the last one.
+	// before Limit versions and before the range's end: the scan had
+	// another version of the range after the last one, which did not fit.
 	Truncated bool
 }
 
