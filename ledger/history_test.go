@@ -10,11 +10,11 @@ import (
 )
 
 // TestHistoryByteBudget writes versions whose encodings are about 2 KB
-// (a 900-byte value and an argument as long) and reads them back under a
-// 5,000-byte reply budget: every page stays within
-// the budget (or holds a single version), says it was cut exactly when
-// versions of its range and limit remain, and pages taken from after each
-// last version give back every version once, in order, both ways.
+// (a 900-byte value and an argument as long), and one of about 6 KB, and
+// reads them back under a 5,000-byte reply budget: every page stays within the budget (or holds
+// a single version), says it was cut exactly when versions of its range
+// and limit remain, and pages taken from after each last version give
+// back every version once, in order, both ways.
 func TestHistoryByteBudget(t *testing.T) {
 	backends(t, func(t *testing.T, b storage.Backend) {
 		ctx := context.Background()
@@ -29,7 +29,11 @@ def invoke(ledger, args):
 			t.Fatal(err)
 		}
 		for i := range versions {
-			f.mustExec(f.hmac, "fill", fmt.Sprintf(`{"id":"big","fill":%q}`, strings.Repeat(string(rune('a'+i)), 900)))
+			n := 900
+			if i == 4 {
+				n = 3000 // about 6 KB encoded: alone over the budget, yet returned
+			}
+			f.mustExec(f.hmac, "fill", fmt.Sprintf(`{"id":"big","fill":%q}`, strings.Repeat(string(rune('a'+i)), n)))
 		}
 		// The whole history, unbounded by bytes, to compare with.
 		var all []*Version
@@ -44,6 +48,10 @@ def invoke(ledger, args):
 		for _, asc := range []bool{true, false} {
 			for _, limit := range []int{0, 1, 2, 4, 100} {
 				r := ScanRange{End: -1, Ascending: asc, Limit: limit}
+				want := min(versions, limit)
+				if limit == 0 {
+					want = versions
+				}
 				var got []*Version
 				for calls := 0; ; calls++ {
 					if calls > versions {
@@ -67,10 +75,6 @@ def invoke(ledger, args):
 					if len(page.Versions) > 1 {
 						pairs++
 					}
-					want := min(versions, max(limit, 0))
-					if limit == 0 {
-						want = versions
-					}
 					remaining := want - len(got)
 					if page.Truncated != (remaining > 0 && len(page.Versions) < page.Limit) {
 						t.Fatalf("asc=%v limit=%d: page %d truncated=%v with %d of %d versions to go (page limit %d)",
@@ -86,10 +90,6 @@ def invoke(ledger, args):
 						r.End = last - 1
 					}
 					r.Limit = page.Limit - len(page.Versions)
-				}
-				want := min(versions, limit)
-				if limit == 0 {
-					want = versions
 				}
 				if len(got) != want {
 					t.Fatalf("asc=%v limit=%d: %d versions, want %d", asc, limit, len(got), want)

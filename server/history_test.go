@@ -99,8 +99,11 @@ func TestHistoryLargerThanAReply(t *testing.T) {
 		mu.Lock()
 		rs := replies
 		mu.Unlock()
-		if len(rs) < (len(tc.want)+3)/4 || rs[0].Limit != tc.limit {
-			t.Fatalf("%+v: %d replies for %d versions, the first for a limit of %d", tc.r, len(rs), len(tc.want), rs[0].Limit)
+		if len(rs) < (len(tc.want)+3)/4 {
+			t.Fatalf("%+v: %d replies for %d versions", tc.r, len(rs), len(tc.want))
+		}
+		if rs[0].Limit != tc.limit {
+			t.Fatalf("%+v: the first reply served a limit of %d, want %d", tc.r, rs[0].Limit, tc.limit)
 		}
 		for i, r := range rs {
 			if r.Truncated != (i < len(rs)-1) {
