@@ -32,6 +32,12 @@ func CPUClock(pids ...int) func() (time.Duration, error) {
 	}
 }
 
+// ProcessCPUClock returns a clock of the CPU time spent so far by process
+// pid alone, such as a server started as a child.
+func ProcessCPUClock(pid int) func() (time.Duration, error) {
+	return func() (time.Duration, error) { return procCPU(pid) }
+}
+
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times. Linux fixes
 // it at 100 on every architecture Go supports.
 const clockTicks = 100

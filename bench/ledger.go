@@ -34,8 +34,13 @@ type LedgerConfig struct {
 	// has grown). A point reports each mode's median round. 0 means 1.
 	Rounds int
 	// CPU, if set, is the clock of the CPU time that serving the calls
-	// costs (CPUClock); each point then reports CPU time per call.
+	// costs (CPUClock); each point then reports CPU time per call and how
+	// many CPUs that kept busy.
 	CPU func() (time.Duration, error)
+	// ServerCPU, if set, is the clock of the server's share of CPU (a
+	// server in a process of its own); each point then also reports how
+	// many CPUs the server kept busy, and the clients' share is the rest.
+	ServerCPU func() (time.Duration, error)
 }
 
 func (c *LedgerConfig) validate() error {
@@ -88,6 +93,14 @@ type LedgerPoint struct {
 	// CPUMicros is CPU time per call, in µs, when LedgerConfig.CPU is set:
 	// clients, server and Validator together, whichever the clock covers.
 	CPUMicros float64 `json:"cpu_us_per_tx,omitempty"`
+	// CPUsBusy is the CPU time of the run over its wall time, when
+	// LedgerConfig.CPU is set: how many CPUs the run kept busy. A run
+	// short of the CPUs it may use was held back by waits (its durable
+	// commits, the round trips), not by CPU.
+	CPUsBusy float64 `json:"cpus_busy,omitempty"`
+	// ServerCPUsBusy is the server's part of CPUsBusy, when
+	// LedgerConfig.ServerCPU is set.
+	ServerCPUsBusy float64 `json:"server_cpus_busy,omitempty"`
 }
 
 // LedgerLoad is how the database was loaded.
@@ -289,12 +302,9 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	var txs, errs atomic.Int64
 	var fatal error
 	var wg sync.WaitGroup
-	var cpu0 time.Duration
-	if cfg.CPU != nil {
-		var err error
-		if cpu0, err = cfg.CPU(); err != nil {
-			return LedgerPoint{}, err
-		}
+	cpu0, err := readClocks(cfg.CPU, cfg.ServerCPU)
+	if err != nil {
+		return LedgerPoint{}, err
 	}
 	start := time.Now()
 	for t := range threads {
@@ -347,11 +357,30 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	p := LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
 		Latency: latencyOf(hist)}
 	if cfg.CPU != nil && p.Txs > 0 {
-		cpu1, err := cfg.CPU()
+		cpu1, err := readClocks(cfg.CPU, cfg.ServerCPU)
 		if err != nil {
 			return LedgerPoint{}, err
 		}
-		p.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(p.Txs)
+		p.CPUMicros = float64((cpu1[0] - cpu0[0]).Microseconds()) / float64(p.Txs)
+		p.CPUsBusy = (cpu1[0] - cpu0[0]).Seconds() / el.Seconds()
+		if cfg.ServerCPU != nil {
+			p.ServerCPUsBusy = (cpu1[1] - cpu0[1]).Seconds() / el.Seconds()
+		}
 	}
 	return p, nil
+}
+
+// readClocks reads the CPU clocks that are set; an unset one reads 0.
+func readClocks(clocks ...func() (time.Duration, error)) ([]time.Duration, error) {
+	ts := make([]time.Duration, len(clocks))
+	for i, c := range clocks {
+		if c == nil {
+			continue
+		}
+		var err error
+		if ts[i], err = c(); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
 }

@@ -73,12 +73,12 @@ round trips/s through the same client and server (no signature, one storage read
 			if split && serverAddr != "" {
 				return errors.New("--split starts its own server; it cannot be used with --server")
 			}
-			c, proofKey, cpu, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
+			c, proofKey, clocks, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer cleanup()
-			cfg.CPU = cpu
+			cfg.CPU, cfg.ServerCPU = clocks.all, clocks.server
 			var exec bench.Executor = c
 			switch validatorMode {
 			case "on":
@@ -110,10 +110,10 @@ round trips/s through the same client and server (no signature, one storage read
 				defer stopProfile()
 			}
 			points, err := bench.RunLedger(ctx, c, exec, cfg, func(p bench.LedgerPoint) {
-				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, floor %.0f rpc/s\n",
-					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), p.FloorRPS)
+				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, CPUs busy %s, floor %.0f rpc/s\n",
+					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), busyCell(p), p.FloorRPS)
 				if p.Off != nil {
-					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000)
+					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms, CPUs busy %s\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000, busyCell(*p.Off))
 				}
 				if len(p.RoundsTPS) > 1 {
 					fmt.Fprintf(errw, "  medians of %d rounds; tx/s on %s, off %s\n", len(p.RoundsTPS), roundsCell(p.RoundsTPS), roundsCell(p.Off.RoundsTPS))
@@ -143,18 +143,19 @@ round trips/s through the same client and server (no signature, one storage read
 				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, per)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			if validatorMode == "on" {
-				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\tlogging cost\tfloor rpc/s\t\n")
+				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\toff CPUs busy\tlogging cost\tfloor rpc/s\t\n")
 				for _, p := range points {
-					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
-						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), p.Off.TPS,
-						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), 100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
+					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
+						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), p.Off.TPS,
+						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), busyCell(*p.Off),
+						100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
 				}
 				return tw.Flush()
 			}
-			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tfloor rpc/s (baseline)\t")
+			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tfloor rpc/s (baseline)\t")
 			for _, p := range points {
-				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%.0f\t\n", p.Threads, p.TPS,
-					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), p.FloorRPS)
+				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%.0f\t\n", p.Threads, p.TPS,
+					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), p.FloorRPS)
 			}
 			return tw.Flush()
 		},
@@ -201,6 +202,19 @@ func cpuCell(us float64) string {
 	return strconv.FormatFloat(us, 'f', 0, 64)
 }
 
+// busyCell is a table cell for the CPUs a run kept busy: with a server
+// process of its own, the server's share plus the clients' ("0.79+0.28"),
+// so that a reader sees which side was the bound; "-" when not measured.
+func busyCell(p bench.LedgerPoint) string {
+	if p.CPUsBusy == 0 {
+		return "-"
+	}
+	if p.ServerCPUsBusy == 0 {
+		return strconv.FormatFloat(p.CPUsBusy, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(p.ServerCPUsBusy, 'f', 2, 64) + "+" + strconv.FormatFloat(p.CPUsBusy-p.ServerCPUsBusy, 'f', 2, 64)
+}
+
 // benchValidator opens a Validator over c, on a temporary engine database
 // unless --validator-dir or --validator-dsn say otherwise.
 func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, proofKey auth.Verifier) (*validator.Validator, func(), error) {
@@ -228,29 +242,35 @@ func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, p
 	return v, func() { db.Close(); rm() }, nil
 }
 
+// cpuClocks are a ledger benchmark's CPU clocks: all of its processes',
+// and a server process's of its own when it runs in one (nil otherwise).
+type cpuClocks struct {
+	all, server func() (time.Duration, error)
+}
+
 // benchLedgerClient returns a client with a registered identity of the
 // given scheme, on a server it starts or on --server, and for a server it
 // started its proof verifier (an HMAC proof key cannot be fetched). With
 // split the server is a child process on a CPU of its own (splitServer);
-// otherwise it runs in this process. cpu is the clock of this process's
-// CPU time and that of a server it started, nil with --server.
-func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, cpu func() (time.Duration, error), _ func(), _ error) {
+// otherwise it runs in this process. clocks are the CPU clocks of the run:
+// none with --server, whose server's CPU this process cannot see.
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, clocks cpuClocks, _ func(), _ error) {
 	cleanup := func() {}
 	var cfg client.Config
 	if addr != "" {
 		if configFile == "" {
-			return nil, nil, nil, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
+			return nil, nil, cpuClocks{}, nil, errors.New("--server needs --config with the identity (and the admin token to enrol it)")
 		}
 		var err error
 		if cfg, err = client.LoadConfig(configFile); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, cpuClocks{}, nil, err
 		}
 		cfg.Server = addr
 	} else {
 		if dataDir == "" {
 			tmp, err := os.MkdirTemp("", "kiroku-bench-ledger-*")
 			if err != nil {
-				return nil, nil, nil, nil, err
+				return nil, nil, cpuClocks{}, nil, err
 			}
 			dataDir = tmp
 			cleanup = func() { os.RemoveAll(tmp) }
@@ -264,27 +284,27 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			var err error
 			if proofKey, err = server.LoadProofVerifier(dataDir, scheme); err != nil {
 				cleanup()
-				return nil, nil, nil, nil, err
+				return nil, nil, cpuClocks{}, nil, err
 			}
 			stop, pid, err := splitServer(ctx, &o, errw)
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, nil, err
+				return nil, nil, cpuClocks{}, nil, err
 			}
-			cpu = bench.CPUClock(pid)
+			clocks = cpuClocks{all: bench.CPUClock(pid), server: bench.ProcessCPUClock(pid)}
 			rm := cleanup
 			cleanup = func() { stop(); rm() }
 		} else {
 			srv, err := server.Start(ctx, o)
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, nil, err
+				return nil, nil, cpuClocks{}, nil, err
 			}
 			rm := cleanup
 			cleanup = func() { srv.Stop(5 * time.Second); rm() }
 			proofKey = srv.ProofVerifier
 			o.Listen = srv.Addr()
-			cpu = bench.CPUClock()
+			clocks.all = bench.CPUClock()
 		}
 		cfg = client.Config{Server: o.Listen, AdminToken: o.AdminToken}
 		suffix := make([]byte, 4)
@@ -298,14 +318,14 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			cfg.PrivateKeyPEM, cfg.CertificatePEM, err = auth.GenerateIdentity(cfg.Entity, time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
 			if err != nil {
 				cleanup()
-				return nil, nil, nil, nil, err
+				return nil, nil, cpuClocks{}, nil, err
 			}
 		}
 	}
 	c, err := client.Dial(cfg)
 	if err != nil {
 		cleanup()
-		return nil, nil, nil, nil, err
+		return nil, nil, cpuClocks{}, nil, err
 	}
 	if cfg.AdminToken != "" {
 		if scheme == auth.SchemeHMAC {
@@ -316,11 +336,11 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 		if err != nil && !errors.Is(err, ledger.ErrIdentityExists) {
 			c.Close()
 			cleanup()
-			return nil, nil, nil, nil, err
+			return nil, nil, cpuClocks{}, nil, err
 		}
 	}
 	rm := cleanup
-	return c, proofKey, cpu, func() { c.Close(); rm() }, nil
+	return c, proofKey, clocks, func() { c.Close(); rm() }, nil
 }
 
 // splitServer starts the ledger server of o as a child process ("kiroku

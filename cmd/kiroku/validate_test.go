@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kiroku-db/kiroku/bench"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/internal/cpuset"
@@ -122,6 +124,7 @@ func TestBenchLedgerValidator(t *testing.T) {
 		t.Fatalf("bench ledger --validator on: %v\n%s", err, out)
 	}
 	checkValidatorPoint(t, out, 3)
+	checkBusy(t, out, runtime.NumCPU(), false)
 	if _, err := run(t, "bench", "ledger", "--records", "60", "--validator", "on", "--rounds", "-1"); err == nil || !strings.Contains(err.Error(), "round") {
 		t.Errorf("--rounds -1: %v", err)
 	}
@@ -154,6 +157,7 @@ func TestBenchLedgerSplit(t *testing.T) {
 	if be := checkValidatorPoint(t, out, 1); !strings.Contains(be, "own CPU") {
 		t.Fatalf("bench ledger --split reports backend %q", be)
 	}
+	checkBusy(t, out, len(cpus), true)
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the child server %d is still there after the bench: %v", pid, err)
 	}
@@ -162,6 +166,35 @@ func TestBenchLedgerSplit(t *testing.T) {
 	}
 	if _, err := run(t, "bench", "ledger", "--split", "--server", "127.0.0.1:1", "--config", "x"); err == nil || !strings.Contains(err.Error(), "--split") {
 		t.Errorf("--split with --server: %v", err)
+	}
+}
+
+// checkBusy checks the CPUs busy that the JSON of a bench ledger
+// --validator on run reports for both modes: some, and at most the cpus
+// the bench may use (with slack for /proc's 10 ms ticks over a short run);
+// with a server process of its own (split), its share as well, some of
+// the total and not all of it (the clients and the Validator run beside
+// it).
+func checkBusy(t *testing.T, out string, cpus int, split bool) {
+	t.Helper()
+	type busy struct {
+		All    float64 `json:"cpus_busy"`
+		Server float64 `json:"server_cpus_busy"`
+	}
+	var res struct {
+		Points []struct {
+			busy
+			Off busy `json:"validator_off"`
+		}
+	}
+	jsonOf(t, out, &res)
+	for _, b := range []busy{res.Points[0].busy, res.Points[0].Off} {
+		if b.All <= 0 || b.All > float64(cpus)+0.2 {
+			t.Errorf("CPUs busy %.2f; want some, at most %d", b.All, cpus)
+		}
+		if split != (b.Server > 0) || b.Server >= b.All {
+			t.Errorf("server CPUs busy %.2f of %.2f (split: %v); want a share of them exactly when split", b.Server, b.All, split)
+		}
 	}
 }
 
@@ -198,4 +231,19 @@ func checkValidatorPoint(t *testing.T, out string, rounds int) string {
 		}
 	}
 	return res.Backend
+}
+
+func TestBusyCell(t *testing.T) {
+	for _, c := range []struct {
+		p    bench.LedgerPoint
+		want string
+	}{
+		{bench.LedgerPoint{}, "-"},
+		{bench.LedgerPoint{CPUsBusy: 1.564}, "1.56"},
+		{bench.LedgerPoint{CPUsBusy: 1.05, ServerCPUsBusy: 0.79}, "0.79+0.26"},
+	} {
+		if got := busyCell(c.p); got != c.want {
+			t.Errorf("busyCell(%+v) = %q; want %q", c.p, got, c.want)
+		}
+	}
 }
