@@ -203,7 +203,7 @@ func cpuCell(us float64) string {
 }
 
 // busyCell is a table cell for the CPUs a run kept busy: with a server
-// process of its own, the server's share plus the clients' ("0.79+0.28"),
+// process of its own, the server's share plus the clients' ("0.79+0.26"),
 // so that a reader sees which side was the bound; "-" when not measured.
 func busyCell(p bench.LedgerPoint) string {
 	if p.CPUsBusy == 0 {
