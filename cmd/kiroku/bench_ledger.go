@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -374,12 +376,17 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		"--backend", o.Backend, "--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
 		"--cpus", strconv.Itoa(cpus[0]), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "KIROKU_ADMIN_TOKEN="+o.AdminToken)
+	memEnv, restoreMem := shareMemoryLimit()
+	if memEnv != "" {
+		cmd.Env = append(cmd.Env, memEnv) // the last of a key's values is the one used
+	}
 	// The child writes to this process's standard error, not to errw: a
 	// copying goroutine writing errw would race this process's own writes.
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	// If this process dies without stopping it, the kernel stops the child.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
+		restoreMem()
 		os.RemoveAll(tmp)
 		return nil, 0, fmt.Errorf("starting the ledger server: %w", err)
 	}
@@ -394,6 +401,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 			<-exited
 		}
 		cpuset.Pin(cpus) // this process may use its CPUs again
+		restoreMem()
 		os.RemoveAll(tmp)
 	}
 	if err := cpuset.Pin(cpus[1:]); err != nil {
@@ -419,6 +427,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		select {
 		case err := <-exited:
 			cpuset.Pin(cpus)
+			restoreMem()
 			os.RemoveAll(tmp)
 			return nil, 0, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
 		case <-ctx.Done():
@@ -434,4 +443,22 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 			return nil, 0, fmt.Errorf("the ledger server did not accept connections at %s within 30 s", o.Listen)
 		}
 	}
+}
+
+// shareMemoryLimit halves this process's memory limit (GOMEMLIMIT, or the
+// share of the machine's memory main sets without it) and returns the
+// environment entry that gives the child server the other half, with a
+// function that restores this process's limit. Each process would
+// otherwise take the whole limit for its heap, together more than the
+// machine has: the databases of a long run grow without bound, and the
+// collector would let both heaps past the memory there is. Without a
+// limit there is nothing to share: the entry is empty.
+func shareMemoryLimit() (env string, restore func()) {
+	limit := debug.SetMemoryLimit(-1) // reads it
+	if limit == math.MaxInt64 {
+		return "", func() {}
+	}
+	half := limit / 2
+	debug.SetMemoryLimit(half)
+	return "GOMEMLIMIT=" + strconv.FormatInt(half, 10), func() { debug.SetMemoryLimit(limit) }
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -145,6 +147,8 @@ func TestBenchLedgerSplit(t *testing.T) {
 		t.Skipf("--split needs 2 CPUs; this process may use %d", len(cpus))
 	}
 	t.Setenv("KIROKU_TEST_RUN_MAIN", "1") // the child is this test binary
+	const limit = 6 << 30
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
 	out, err := run(t, "bench", "ledger", "--split", "--records", "60", "--threads", "2", "--warmup", "0s", "--duration", "300ms",
 		"--load-batch", "25", "--validator", "on", "--json")
 	if err != nil {
@@ -164,9 +168,40 @@ func TestBenchLedgerSplit(t *testing.T) {
 	if got, _ := cpuset.Allowed(); !slices.Equal(got, cpus) {
 		t.Errorf("after the bench this process may use CPUs %v, before %v", got, cpus)
 	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("after the bench this process's memory limit is %d, before %d", got, limit)
+	}
 	if _, err := run(t, "bench", "ledger", "--split", "--server", "127.0.0.1:1", "--config", "x"); err == nil || !strings.Contains(err.Error(), "--split") {
 		t.Errorf("--split with --server: %v", err)
 	}
+}
+
+// TestShareMemoryLimit: --split gives its child server half of this
+// process's memory limit and keeps the other half until the child stops;
+// without a limit it shares nothing.
+func TestShareMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(3 << 30))
+	env, restore := shareMemoryLimit()
+	if want := fmt.Sprintf("GOMEMLIMIT=%d", 3<<29); env != want {
+		t.Errorf("the child's environment gets %q, want %q", env, want)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 3<<29 {
+		t.Errorf("this process keeps a limit of %d, want %d", got, 3<<29)
+	}
+	restore()
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Errorf("restored limit %d, want %d", got, 3<<30)
+	}
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	env, restore = shareMemoryLimit()
+	if env != "" {
+		t.Errorf("without a limit the child's environment gets %q", env)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("without a limit this process got one: %d", got)
+	}
+	restore()
 }
 
 // checkBusy checks the CPUs busy that the JSON of a bench ledger
