@@ -351,7 +351,9 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 // deployment, where the ledger and its clients do not share cores. It sets
 // o.Listen to the child's address and returns once the child accepts
 // connections, with the child's pid; stop ends the child with SIGTERM
-// (SIGKILL after 15 s) and gives this process its CPUs back.
+// (SIGKILL after 15 s) and gives this process its CPUs back. The two
+// processes split this one's memory limit half and half while both run
+// (shareMemoryLimit).
 func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop func(), pid int, err error) {
 	cpus, err := cpuset.Allowed()
 	if err != nil {
