@@ -394,6 +394,13 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// release gives back, once the child is gone, what this process lent
+	// it: its CPUs and half its memory limit.
+	release := func() {
+		cpuset.Pin(cpus)
+		restoreMem()
+		os.RemoveAll(tmp)
+	}
 	stop = func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -402,9 +409,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 			cmd.Process.Kill()
 			<-exited
 		}
-		cpuset.Pin(cpus) // this process may use its CPUs again
-		restoreMem()
-		os.RemoveAll(tmp)
+		release()
 	}
 	if err := cpuset.Pin(cpus[1:]); err != nil {
 		stop()
@@ -428,9 +433,7 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 		}
 		select {
 		case err := <-exited:
-			cpuset.Pin(cpus)
-			restoreMem()
-			os.RemoveAll(tmp)
+			release()
 			return nil, 0, fmt.Errorf("the ledger server exited before accepting connections: %v", err)
 		case <-ctx.Done():
 			stop()
