@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
@@ -119,4 +120,30 @@ func setDirect(f vfs.File) {
 	if flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
 		_, _ = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
 	}
+}
+
+// newZeros returns n zero bytes (n a multiple of 2 MiB) mapped outside the
+// Go heap in 2 MiB-aligned memory advised to use transparent huge pages,
+// then made read-only: a write to it faults instead of corrupting every
+// later zero-fill. Without huge pages (THP off, or none free) it is still
+// zeros in 4 KiB pages; if the mapping fails, it comes from the heap.
+func newZeros(n int) []byte {
+	const huge = 2 << 20
+	m, err := unix.Mmap(-1, 0, n+huge, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return alignedBlocks(n)
+	}
+	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(m))) & (huge - 1))
+	b := m[skip : skip+n : skip+n]
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	// A write fault allocates the page (a huge one if the advice took);
+	// reading alone would map the shared zero page, 4 KiB at a time.
+	for i := 0; i < n; i += 4096 {
+		b[i] = 0
+	}
+	if err := unix.Mprotect(b, unix.PROT_READ); err != nil {
+		_ = unix.Munmap(m)
+		return alignedBlocks(n)
+	}
+	return b
 }

@@ -3,10 +3,14 @@ package wal
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -233,4 +237,53 @@ func TestDirectIOBypassesCache(t *testing.T) {
 	l = mustOpen(t, cfg)
 	defer l.Close()
 	check(l)
+}
+
+// TestZeros checks the zero-fill source: zeros, block-aligned, read-only,
+// and in huge pages wherever the kernel offers them, so that one write of
+// it is one request to the disk.
+func TestZeros(t *testing.T) {
+	if len(zeros) != zeroSize || !allZero(zeros) {
+		t.Fatalf("zeros: %d bytes, all zero %v", len(zeros), allZero(zeros))
+	}
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(zeros)))
+	if addr%(2<<20) != 0 {
+		t.Errorf("zeros at %#x, not on a 2 MiB boundary", addr)
+	}
+
+	faulted := func() (faulted bool) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() { faulted = recover() != nil }()
+		zeros[zeroSize/2] = 1
+		return false
+	}()
+	if !faulted {
+		zeros[zeroSize/2] = 0
+		t.Error("a write to zeros did not fault: it is writable")
+	}
+
+	thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil || bytes.Contains(thp, []byte("[never]")) {
+		t.Logf("transparent huge pages are off (%q, %v): not checking the page size", thp, err)
+		return
+	}
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge, found := int64(-1), false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		var lo, hi uint64
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 {
+			found = uint64(addr) >= lo && uint64(addr) < hi
+			continue
+		}
+		if kb, ok := strings.CutPrefix(line, "AnonHugePages:"); ok && found {
+			huge, _ = strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+			break
+		}
+	}
+	if huge != zeroSize>>10 {
+		t.Errorf("the mapping of zeros holds %d KiB of huge pages, want %d", huge, zeroSize>>10)
+	}
 }
