@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -231,10 +232,12 @@ func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
 	return err
 }
 
-// zeros is the source of every zero-fill and of the padding of writes,
-// never written: one allocated per segment would be megabytes of fresh
-// heap each time. It is block-aligned, for direct I/O, and on Linux it
-// lies in 2 MiB pages, read-only (newZeros).
+// zeros returns the source of every zero-fill and of the padding of
+// writes, never written: one allocated per segment would be megabytes of
+// fresh heap each time. It is block-aligned, for direct I/O, and on Linux
+// it lies in 2 MiB pages, read-only (newZeros). It is made on first use,
+// not at start-up: a process that opens no log (the CLI's client
+// commands) neither maps nor faults in its 4 MiB.
 //
 // Its size is the largest write the disk takes in one request on this
 // project's VMs (max_sectors_kb 4096). The block layer splits a direct
@@ -245,7 +248,7 @@ func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
 // ycsb-wo the preparer zero-fills as many bytes as the loggers write, and
 // the disk's requests fell from 1,250-1,300 a second to 480-950 (kiroku
 // bench engine, perf stat over 4 s windows).
-var zeros = newZeros(zeroSize)
+var zeros = sync.OnceValue(func() []byte { return newZeros(zeroSize) })
 
 const zeroSize = 4 << 20
 
@@ -281,9 +284,10 @@ func growBlocks(b []byte, n int) []byte {
 
 // writeZeros writes zero bytes over [from, to) of f.
 func writeZeros(f vfs.File, from, to int64) error {
-	for off := from; off < to; off += int64(len(zeros)) {
-		n := min(int64(len(zeros)), to-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+	z := zeros()
+	for off := from; off < to; off += int64(len(z)) {
+		n := min(int64(len(z)), to-off)
+		if _, err := f.WriteAt(z[:n], off); err != nil {
 			return err
 		}
 	}

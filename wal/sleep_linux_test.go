@@ -243,6 +243,7 @@ func TestDirectIOBypassesCache(t *testing.T) {
 // and in huge pages wherever the kernel offers them, so that one write of
 // it is one request to the disk.
 func TestZeros(t *testing.T) {
+	zeros := zeros()
 	if len(zeros) != zeroSize || !allZero(zeros) {
 		t.Fatalf("zeros: %d bytes, all zero %v", len(zeros), allZero(zeros))
 	}

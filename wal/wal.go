@@ -736,7 +736,7 @@ func (l *Log) writeChunks(chunks []chunk) error {
 		// Pad to the next block with the zeros the segment holds there.
 		data := c.data
 		end := min((c.off+int64(len(data))+blockSize-1)&^(blockSize-1), l.cfg.SegmentSize)
-		data = append(data, zeros[:end-c.off-int64(len(data))]...)
+		data = append(data, zeros()[:end-c.off-int64(len(data))]...)
 		if _, err := l.active.WriteAt(data, c.off); err != nil {
 			return err
 		}
