@@ -41,6 +41,10 @@ type EngineConfig struct {
 	// the log written during the run. With Log "none" it does nothing: an
 	// engine without a log has no checkpoints and recovers nothing.
 	Recovery bool
+	// DiskLoad, with Log "none", writes in the background during the
+	// measured window what the disk was asked to write in a run with the
+	// log (see DiskLoad).
+	DiskLoad *DiskLoad
 }
 
 // EngineResult is one run's figures.
@@ -66,6 +70,14 @@ type EngineResult struct {
 	// goroutine: workers, loggers, collector) over the measured window per
 	// committed transaction. Kernel writeback threads are not in it.
 	CPUMicros float64 `json:"cpu_us_per_txn"`
+	// DiskWriteRate is the bytes a second the process asked the disk to
+	// write over the measured window (Linux; -1 elsewhere): the log's
+	// records, its zero-fill and checkpoints, or a DiskLoad's writes.
+	DiskWriteRate float64 `json:"disk_write_bytes_per_s"`
+	// LogSpan is the size of the log's files at the end of a wal run.
+	LogSpan int64 `json:"log_span_bytes,omitempty"`
+	// DiskLoad is the run's background writes, if it had them.
+	DiskLoad *DiskLoad `json:"disk_load,omitempty"`
 	// With Recovery:
 	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
 	LogBytes          int64   `json:"log_bytes,omitempty"`
@@ -87,6 +99,8 @@ func (c *EngineConfig) validate() error {
 		return errors.New("need at least one thread or sync client")
 	case c.Duration <= 0:
 		return errors.New("duration must be positive")
+	case c.DiskLoad != nil && (c.Log != "none" || !(c.DiskLoad.Rate > 0)):
+		return errors.New("a disk load needs log none and a positive rate")
 	}
 	return nil
 }
@@ -101,7 +115,7 @@ type commitSample struct {
 // tracked by a watcher) and SyncClients wait for durability after each
 // commit, as a server answering clients would.
 func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
-	res := EngineResult{Workload: cfg.Workload, Log: cfg.Log, Threads: cfg.Threads, SyncClients: cfg.SyncClients}
+	res := EngineResult{Workload: cfg.Workload, Log: cfg.Log, Threads: cfg.Threads, SyncClients: cfg.SyncClients, DiskLoad: cfg.DiskLoad}
 	if err := cfg.validate(); err != nil {
 		return res, err
 	}
@@ -210,11 +224,34 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		mu.Unlock()
 		stop.Store(true)
 	}
+	var (
+		loadStop = make(chan struct{})
+		loadDone = make(chan error, 1)
+	)
+	if cfg.DiskLoad != nil {
+		ready := make(chan struct{})
+		go func() {
+			_, err := diskLoad(dir, *cfg.DiskLoad, ready, loadStop)
+			loadDone <- err
+		}()
+		<-ready
+		select {
+		case err := <-loadDone: // it failed before it began
+			loadDone <- err
+			return res, fmt.Errorf("disk load: %w", err)
+		default:
+		}
+	} else {
+		loadDone <- nil
+	}
+	stopLoad := sync.OnceValue(func() error { close(loadStop); return <-loadDone })
+	defer stopLoad()
 	cpuClock := CPUClock()
 	cpu0, err := cpuClock()
 	if err != nil {
 		return res, err
 	}
+	io0 := diskWriteBytes()
 	start := time.Now()
 	syncHist := newHist()
 	// one runs a transaction of the workload; it returns the commit epoch.
@@ -335,10 +372,21 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	stop.Store(true)
 	elapsed := time.Since(start)
+	io1 := diskWriteBytes()
+	if err := stopLoad(); err != nil {
+		fail(fmt.Errorf("disk load: %w", err))
+	}
 	wg.Wait()
 	cpu1, err := cpuClock()
 	if err != nil {
 		fail(err)
+	}
+	res.DiskWriteRate = -1
+	if io0 >= 0 && io1 >= 0 {
+		res.DiskWriteRate = float64(io1-io0) / elapsed.Seconds()
+	}
+	if cfg.Log == "wal" {
+		res.LogSpan = dirSize(dir, "log-")
 	}
 	// Every sampled commit must become durable and be seen by the watcher
 	// before it stops: dropping the slowest samples would flatter p99.

@@ -124,6 +124,48 @@ func TestBenchEngineRuns(t *testing.T) {
 	}
 }
 
+func TestBenchEngineDiskBaseline(t *testing.T) {
+	out, err := run(t, "bench", "engine", "--records", "2000", "--duration", "300ms", "--dir", t.TempDir(), "--disk-baseline", "--json")
+	if err != nil {
+		t.Fatalf("bench engine: %v\n%s", err, out)
+	}
+	type load struct {
+		Rate float64 `json:"bytes_per_s"`
+		Span int64   `json:"span_bytes"`
+	}
+	var res struct {
+		Median []struct {
+			Log       string
+			Committed int64
+			DiskRate  float64 `json:"disk_write_bytes_per_s"`
+			LogSpan   int64   `json:"log_span_bytes"`
+			DiskLoad  *load   `json:"disk_load"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	m := res.Median
+	if len(m) != 3 || m[0].Log != "wal" || m[1].Log != "none" || m[2].Log != "none" || m[1].DiskLoad != nil || m[2].DiskLoad == nil {
+		t.Fatalf("want wal, none, and none under a disk load, got %+v", m)
+	}
+	wal, loaded := m[0], m[2]
+	if wal.DiskRate <= 0 || wal.LogSpan <= 0 || loaded.Committed == 0 {
+		t.Fatalf("the wal run wrote nothing, or the loaded run measured nothing: %+v", m)
+	}
+	if *loaded.DiskLoad != (load{wal.DiskRate, wal.LogSpan}) {
+		t.Fatalf("the load is %+v, want the wal run's %.0f B/s over %d bytes", *loaded.DiskLoad, wal.DiskRate, wal.LogSpan)
+	}
+	// The load writes its file in full before the window, then at most
+	// one write ahead of its rate: what the window saw is no more.
+	if limit := wal.DiskRate + (4<<20)/0.3; loaded.DiskRate <= 0 || loaded.DiskRate > limit {
+		t.Fatalf("the loaded run wrote %.0f B/s, want 0..%.0f", loaded.DiskRate, limit)
+	}
+	if _, err := run(t, "bench", "engine", "--log", "none", "--disk-baseline", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--disk-baseline needs") {
+		t.Fatalf("--disk-baseline without a wal run: %v", err)
+	}
+}
+
 func TestBenchWALRuns(t *testing.T) {
 	out, err := run(t, "bench", "wal", "--sync=group", "--window=1ms", "--writers=4", "--duration=200ms",
 		"--dir", t.TempDir(), "--json")

@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+	"unsafe"
+)
+
+// DiskLoad is the disk writes of a run with the log, made again without
+// it: the part of the logging cost that writing those bytes takes from
+// the rest of the workload. On this project's virtual machines that is
+// more than the system calls: a load of 643 MB/s over a 1.2 GiB file took
+// 10.5% of ycsb-wo's throughput without a log, over a 69 MiB file 7.0%,
+// and half the rate over the large file 6.6% (one run each, 2026-11-23).
+// That the file's size matters points at the host, which copies the
+// writes through a cache it shares with the guest; the index lookups,
+// which miss the processor's caches, slowed most.
+type DiskLoad struct {
+	// Rate is the bytes a second to write: the wal run's (DiskWriteRate).
+	Rate float64 `json:"bytes_per_s"`
+	// Span is the size of the file written round and round: the wal
+	// run's log footprint (LogSpan), its segments and the truncated ones
+	// kept for reuse.
+	Span int64 `json:"span_bytes"`
+}
+
+// loadWrite is the size of one write of the load: the log's largest (a
+// zero-fill write, and about a round's under ycsb-wo).
+const loadWrite = 4 << 20
+
+// diskLoad writes dl.Rate bytes a second into a file in dir until stop is
+// closed, and returns the bytes written. Like the log, it writes with
+// direct I/O from buffers it reuses (the log's chunk buffers and its zero
+// buffer), and fdatasyncs after every second write (a round's write and
+// fdatasync, plus a zero-fill write). The file is written in full before
+// the load starts, as the log's segments are zero-filled, so the load
+// overwrites allocated blocks; ready is closed then.
+func diskLoad(dir string, dl DiskLoad, ready chan<- struct{}, stop <-chan struct{}) (int64, error) {
+	span := max(dl.Span, 16*loadWrite) &^ (loadWrite - 1)
+	path := filepath.Join(dir, "disk-load")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|oDirect, 0o644)
+	if err != nil {
+		close(ready)
+		return 0, err
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	raw := make([]byte, loadWrite+4096)
+	buf := raw[(4096-int(uintptr(unsafe.Pointer(&raw[0]))%4096))%4096:][:loadWrite]
+	for off := int64(0); off < span; off += loadWrite {
+		if _, err := f.WriteAt(buf, off); err != nil {
+			close(ready)
+			return 0, err
+		}
+	}
+	if err := datasync(f); err != nil {
+		close(ready)
+		return 0, err
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < len(buf); i += 8 {
+		*(*uint64)(unsafe.Pointer(&buf[i])) = r.Uint64()
+	}
+	close(ready)
+	start := time.Now()
+	var wrote, off int64
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return wrote, nil
+		default:
+		}
+		if ahead := time.Duration(float64(wrote)/dl.Rate*1e9) - time.Since(start); ahead > 0 {
+			select {
+			case <-stop:
+				return wrote, nil
+			case <-time.After(ahead):
+			}
+		}
+		if _, err := f.WriteAt(buf, off); err != nil {
+			return wrote, err
+		}
+		wrote += loadWrite
+		off = (off + loadWrite) % span
+		if n%2 == 1 {
+			if err := datasync(f); err != nil {
+				return wrote, err
+			}
+		}
+	}
+}
+
+// diskWriteBytes is the bytes this process has caused to be written to
+// storage (write_bytes of /proc/self/io, which counts direct I/O), or -1
+// where that is not known.
+func diskWriteBytes() int64 {
+	f, err := os.Open("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := bytes.CutPrefix(s.Bytes(), []byte("write_bytes: ")); ok {
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+func (dl DiskLoad) String() string {
+	return fmt.Sprintf("%.0f MB/s over %.0f MiB", dl.Rate/1e6, float64(dl.Span)/(1<<20))
+}
