@@ -28,13 +28,14 @@ func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
 	start := lg.sink.LastIndex()
 	value := storage.Blob(make([]byte, 1000))
 	k := int64(0)
-	write := func(bytes int64) {
-		// Each commit logs over 1,000 bytes; the bound stops a logger that
-		// writes (and so releases pending) from keeping the loop going.
-		goal, most := lg.pending.Load()+bytes, k+2*bytes/1000
-		for ; lg.pending.Load() < goal; k++ {
+	// commitUntil commits over 1,000 bytes at a time until done; the bound
+	// stops a loop whose condition never comes (a logger that writes, and
+	// so releases pending, before a goal in pending bytes is reached).
+	commitUntil := func(done func() bool, bytes int64) {
+		for most := k + 2*bytes/1000; !done(); k++ {
 			if k > most {
-				t.Fatalf("%d bytes wait after %d commits of 1,000 bytes: the logger wrote them", lg.pending.Load(), k)
+				t.Fatalf("%d bytes wait after %d commits of 1,000 bytes; the log has %d records more",
+					lg.pending.Load(), k, lg.sink.LastIndex()-start)
 			}
 			x := db.BeginRaw()
 			x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{value})
@@ -43,15 +44,18 @@ func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
 			}
 		}
 	}
-	write(lg.writeBatch() / 2) // four buffers of the open epoch
+	batch := lg.writeBatch()
+	commitUntil(func() bool { return lg.pending.Load() >= batch/2 }, batch/2) // four buffers of the open epoch
 	queued := lg.pending.Load()
 	lg.poke() // as anything else may: a wake is no reason to write
 	time.Sleep(200 * time.Millisecond)
 	if got := lg.sink.LastIndex(); got != start {
 		t.Fatalf("the logger wrote %d records for %d bytes of buffers, below a batch of %d",
-			got-start, queued, lg.writeBatch())
+			got-start, queued, batch)
 	}
-	write(lg.writeBatch() / 2)
+	// A batch: the logger, poked by the handoff that completes it, may
+	// write and release it before the loop looks at pending again.
+	commitUntil(func() bool { return lg.pending.Load() >= batch || lg.sink.LastIndex() != start }, batch/2)
 	for deadline := time.Now().Add(10 * time.Second); lg.sink.LastIndex() == start; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a batch of %d bytes waits for the epoch's close", lg.pending.Load())
