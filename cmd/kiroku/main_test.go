@@ -157,8 +157,9 @@ func TestBenchEngineDiskBaseline(t *testing.T) {
 		t.Fatalf("the load is %+v, want the wal run's %.0f B/s over %d bytes", *loaded.DiskLoad, wal.DiskRate, wal.LogSpan)
 	}
 	// The load writes its file in full before the window, then at most
-	// one write ahead of its rate: what the window saw is no more.
-	if limit := wal.DiskRate + (4<<20)/0.3; loaded.DiskRate <= 0 || loaded.DiskRate > limit {
+	// one write ahead of its rate: what the window saw is no more. (It
+	// may see nothing: a 4 MiB write can outlast 300 ms on a busy disk.)
+	if limit := wal.DiskRate + (4<<20)/0.3; loaded.DiskRate < 0 || loaded.DiskRate > limit {
 		t.Fatalf("the loaded run wrote %.0f B/s, want 0..%.0f", loaded.DiskRate, limit)
 	}
 	if _, err := run(t, "bench", "engine", "--log", "none", "--disk-baseline", "--dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "--disk-baseline needs") {
