@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -34,40 +35,48 @@ type DiskLoad struct {
 // zero-fill write, and about a round's under ycsb-wo).
 const loadWrite = 4 << 20
 
-// diskLoad writes dl.Rate bytes a second into a file in dir until stop is
-// closed, and returns the bytes written. Like the log, it writes with
-// direct I/O from buffers it reuses (the log's chunk buffers and its zero
-// buffer), and fdatasyncs after every second write (a round's write and
-// fdatasync, plus a zero-fill write). The file is written in full before
-// the load starts, as the log's segments are zero-filled, so the load
-// overwrites allocated blocks; ready is closed then.
-func diskLoad(dir string, dl DiskLoad, ready chan<- struct{}, stop <-chan struct{}) (int64, error) {
-	span := max(dl.Span, 16*loadWrite) &^ (loadWrite - 1)
-	path := filepath.Join(dir, "disk-load")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|oDirect, 0o644)
+// loadFile is a DiskLoad's file, written in full and ready to load.
+type loadFile struct {
+	f    *os.File
+	buf  []byte
+	span int64
+	rate float64
+}
+
+// openDiskLoad creates the load's file in dir and writes it in full, as
+// the log's segments are zero-filled, so that the load overwrites
+// allocated blocks.
+func openDiskLoad(dir string, dl DiskLoad) (*loadFile, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "disk-load"), os.O_RDWR|os.O_CREATE|oDirect, 0o644)
 	if err != nil {
-		close(ready)
-		return 0, err
+		return nil, err
 	}
-	defer os.Remove(path)
-	defer f.Close()
 	raw := make([]byte, loadWrite+4096)
-	buf := raw[(4096-int(uintptr(unsafe.Pointer(&raw[0]))%4096))%4096:][:loadWrite]
-	for off := int64(0); off < span; off += loadWrite {
-		if _, err := f.WriteAt(buf, off); err != nil {
-			close(ready)
-			return 0, err
-		}
+	l := &loadFile{f: f, buf: raw[(4096-int(uintptr(unsafe.Pointer(&raw[0]))%4096))%4096:][:loadWrite],
+		span: max(dl.Span, 16*loadWrite) &^ (loadWrite - 1), rate: dl.Rate}
+	for off := int64(0); off < l.span && err == nil; off += loadWrite {
+		_, err = f.WriteAt(l.buf, off)
 	}
-	if err := datasync(f); err != nil {
-		close(ready)
-		return 0, err
+	if err == nil {
+		err = datasync(f)
+	}
+	if err != nil {
+		l.close()
+		return nil, err
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < len(buf); i += 8 {
-		*(*uint64)(unsafe.Pointer(&buf[i])) = r.Uint64()
+	for i := 0; i < len(l.buf); i += 8 {
+		binary.LittleEndian.PutUint64(l.buf[i:], r.Uint64())
 	}
-	close(ready)
+	return l, nil
+}
+
+// run writes the load's rate into the file, round and round, until stop
+// is closed, and returns the bytes written. Like the log, it writes with
+// direct I/O from a buffer it reuses (the log's chunk buffers and its
+// zero buffer), and fdatasyncs after every second write (a round's write
+// and fdatasync, plus a zero-fill write).
+func (l *loadFile) run(stop <-chan struct{}) (int64, error) {
 	start := time.Now()
 	var wrote, off int64
 	for n := 0; ; n++ {
@@ -76,24 +85,30 @@ func diskLoad(dir string, dl DiskLoad, ready chan<- struct{}, stop <-chan struct
 			return wrote, nil
 		default:
 		}
-		if ahead := time.Duration(float64(wrote)/dl.Rate*1e9) - time.Since(start); ahead > 0 {
+		if ahead := time.Duration(float64(wrote)/l.rate*1e9) - time.Since(start); ahead > 0 {
 			select {
 			case <-stop:
 				return wrote, nil
 			case <-time.After(ahead):
 			}
 		}
-		if _, err := f.WriteAt(buf, off); err != nil {
+		if _, err := l.f.WriteAt(l.buf, off); err != nil {
 			return wrote, err
 		}
 		wrote += loadWrite
-		off = (off + loadWrite) % span
+		off = (off + loadWrite) % l.span
 		if n%2 == 1 {
-			if err := datasync(f); err != nil {
+			if err := datasync(l.f); err != nil {
 				return wrote, err
 			}
 		}
 	}
+}
+
+// close closes and removes the file.
+func (l *loadFile) close() {
+	l.f.Close()
+	os.Remove(l.f.Name())
 }
 
 // diskWriteBytes is the bytes this process has caused to be written to

@@ -9,30 +9,34 @@ import (
 )
 
 // TestDiskLoad checks that the load paces itself to its rate, writes
-// with the process's write_bytes counting it, and removes its file.
+// with the process's write_bytes counting it, and that its file goes.
 func TestDiskLoad(t *testing.T) {
 	if diskWriteBytes() < 0 {
 		t.Skip("no /proc/self/io here")
 	}
 	dir := t.TempDir()
 	dl := DiskLoad{Rate: 40e6, Span: 64 << 20}
-	ready, stop := make(chan struct{}), make(chan struct{})
+	io0 := diskWriteBytes()
+	l, err := openDiskLoad(dir, dl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
 	type result struct {
 		n   int64
 		err error
 	}
 	done := make(chan result, 1)
-	io0 := diskWriteBytes()
 	go func() {
-		n, err := diskLoad(dir, dl, ready, stop)
+		n, err := l.run(stop)
 		done <- result{n, err}
 	}()
-	<-ready
 	t0 := time.Now()
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	r := <-done
 	elapsed, io1 := time.Since(t0), diskWriteBytes()
+	l.close()
 	if r.err != nil {
 		t.Fatal(r.err)
 	}

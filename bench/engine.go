@@ -229,18 +229,15 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		loadDone = make(chan error, 1)
 	)
 	if cfg.DiskLoad != nil {
-		ready := make(chan struct{})
+		l, err := openDiskLoad(dir, *cfg.DiskLoad)
+		if err != nil {
+			return res, fmt.Errorf("disk load: %w", err)
+		}
+		defer l.close() // after stopLoad, deferred below
 		go func() {
-			_, err := diskLoad(dir, *cfg.DiskLoad, ready, loadStop)
+			_, err := l.run(loadStop)
 			loadDone <- err
 		}()
-		<-ready
-		select {
-		case err := <-loadDone: // it failed before it began
-			loadDone <- err
-			return res, fmt.Errorf("disk load: %w", err)
-		default:
-		}
 	} else {
 		loadDone <- nil
 	}
