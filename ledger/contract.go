@@ -27,6 +27,13 @@ type Limits struct {
 	MaxCallDepth int
 	// MaxScanLimit caps the versions one scan returns; 0 means 1,000.
 	MaxScanLimit int
+	// MaxReadBytes bounds the bytes of asset values one request reads
+	// through get and scan, nested calls included; 0 means 64 MiB, room
+	// for one scan of MaxScanLimit values of MaxValueBytes by default.
+	// Without it a contract could keep the results of scan after scan
+	// within its step budget, each up to 64 MiB, and exhaust the server's
+	// memory.
+	MaxReadBytes int
 	// MaxWrites bounds the assets one transaction writes; 0 means 10,000.
 	MaxWrites int
 	// MaxReplyBytes bounds an execute's reply (result, receipt and one
@@ -55,6 +62,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxSourceBytes, 256<<10)
 	def(&l.MaxCallDepth, 8)
 	def(&l.MaxScanLimit, 1000)
+	def(&l.MaxReadBytes, 64<<20)
 	def(&l.MaxWrites, 10_000)
 	def(&l.MaxReplyBytes, 16<<20)
 	def(&l.MaxValidateVersions, 10_000)
@@ -123,6 +131,8 @@ type execution struct {
 	load   func(id string) (Contract, error)
 	stack  []string    // ids of the contracts running, outermost first
 	star   *starThread // created by the first Starlark contract
+	// read is the bytes of asset values get and scan returned so far.
+	read int
 	// storeErr is the first failure of the store itself (storage, a
 	// context): not the contract's fault, so it must reach the caller as
 	// it is — retryable conflicts retried, nothing recorded as aborted —
@@ -146,7 +156,15 @@ func (c *Context) Get(id string) (*AssetValue, error) {
 		return nil, err
 	}
 	v, err := c.store.get(id)
-	return v, c.run.noteStore(err)
+	if err != nil {
+		return nil, c.run.noteStore(err)
+	}
+	if v != nil {
+		if err := c.run.noteRead("get", id, len(v.Value)); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // Put appends a version of id holding value (any JSON; it is stored in
@@ -189,7 +207,26 @@ func (c *Context) Scan(id string, r ScanRange) ([]AssetValue, error) {
 		r.Limit = c.run.limits.MaxScanLimit
 	}
 	vs, err := c.store.scan(id, r)
-	return vs, c.run.noteStore(err)
+	if err != nil {
+		return nil, c.run.noteStore(err)
+	}
+	n := 0
+	for i := range vs {
+		n += len(vs[i].Value)
+	}
+	if err := c.run.noteRead("scan", id, n); err != nil {
+		return nil, err
+	}
+	return vs, nil
+}
+
+// noteRead counts n bytes read by op of asset id against MaxReadBytes.
+func (x *execution) noteRead(op, id string, n int) error {
+	x.read += n
+	if x.read > x.limits.MaxReadBytes {
+		return fmt.Errorf("%w: a %s of %s took the bytes read to %d, limit %d", ErrTooLarge, op, id, x.read, x.limits.MaxReadBytes)
+	}
+	return nil
 }
 
 // Call runs contract id with args in the same transaction and returns its

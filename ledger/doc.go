@@ -40,8 +40,9 @@
 //
 // Limits bounds the Starlark steps of a request (nested calls included),
 // the size of values, results, arguments and sources, the depth of nested
-// calls (a contract that calls itself is refused at once), scans and the
-// assets one transaction writes.
+// calls (a contract that calls itself is refused at once), scans, the
+// bytes a request reads through get and scan, and the assets one
+// transaction writes.
 //
 // # Storage
 //

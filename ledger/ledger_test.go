@@ -69,7 +69,8 @@ var nsCounter struct {
 
 func newFixture(t *testing.T, b storage.Backend) *fixture {
 	t.Helper()
-	return newFixtureLimits(t, b, Limits{MaxSteps: 100_000, MaxValueBytes: 4096, MaxArgumentBytes: 4096, MaxWrites: 1000})
+	return newFixtureLimits(t, b, Limits{MaxSteps: 100_000, MaxValueBytes: 4096, MaxArgumentBytes: 4096, MaxWrites: 1000,
+		MaxReadBytes: 64 << 10})
 }
 
 func newFixtureLimits(t *testing.T, b storage.Backend, lim Limits) *fixture {
@@ -238,6 +239,11 @@ func testBadInputWritesNothing(t *testing.T, b storage.Backend) {
 		{"bigint", "def invoke(ledger, args):\n    ledger.put('s', 1 << 60)\n"},
 		{"crash", "def invoke(ledger, args):\n    ledger.put('s', 1)\n    return 1 // 0\n"},
 		{"many", "def invoke(ledger, args):\n    for i in range(1500):\n        ledger.put('a%d' % i, 1)\n"},
+		// A scan of s returns its two versions, 34 bytes each: 2,500 of
+		// them pass the fixture's 64 KiB budget. The same budget counts
+		// gets: 2,500 of s's latest version.
+		{"hoard", "def invoke(ledger, args):\n    ledger.put('a0', 1)\n    kept = []\n    for i in range(2500):\n        kept.append(ledger.scan('s'))\n"},
+		{"hoardget", "def invoke(ledger, args):\n    ledger.put('a0', 1)\n    kept = []\n    for i in range(2500):\n        kept.append(ledger.get('s'))\n"},
 	}
 	for _, c := range must {
 		if err := f.register(f.hmac, c.id, c.src); err != nil {
@@ -273,6 +279,8 @@ func testBadInputWritesNothing(t *testing.T, b storage.Backend) {
 		{"unsafe integer", f.request(f.hmac, "bigint", `{}`), ErrBadValue, TxAborted},
 		{"runtime error", f.request(f.hmac, "crash", `{}`), ErrContractFailed, TxAborted},
 		{"too many writes", f.request(f.hmac, "many", `{}`), ErrTooLarge, TxAborted},
+		{"too many bytes scanned", f.request(f.hmac, "hoard", `{}`), ErrTooLarge, TxAborted},
+		{"too many bytes got", f.request(f.hmac, "hoardget", `{}`), ErrTooLarge, TxAborted},
 		{"wrong signature", wrongSig, ErrBadSignature, TxUnknown},
 		{"unknown entity", unknownEntity, ErrUnknownEntity, TxUnknown},
 		{"unknown key version", otherKeyVersion, ErrUnknownEntity, TxUnknown},
