@@ -224,24 +224,21 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		mu.Unlock()
 		stop.Store(true)
 	}
-	var (
-		loadStop = make(chan struct{})
-		loadDone = make(chan error, 1)
-	)
+	// stopLoad stops the disk load, if there is one, and returns its error.
+	stopLoad := func() error { return nil }
 	if cfg.DiskLoad != nil {
 		l, err := openDiskLoad(dir, *cfg.DiskLoad)
 		if err != nil {
 			return res, fmt.Errorf("disk load: %w", err)
 		}
 		defer l.close() // after stopLoad, deferred below
+		halt, done := make(chan struct{}), make(chan error, 1)
 		go func() {
-			_, err := l.run(loadStop)
-			loadDone <- err
+			_, err := l.run(halt)
+			done <- err
 		}()
-	} else {
-		loadDone <- nil
+		stopLoad = sync.OnceValue(func() error { close(halt); return <-done })
 	}
-	stopLoad := sync.OnceValue(func() error { close(loadStop); return <-loadDone })
 	defer stopLoad()
 	cpuClock := CPUClock()
 	cpu0, err := cpuClock()
