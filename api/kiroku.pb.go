@@ -124,6 +124,7 @@ type CallRequest struct {
 	//
 	//	*CallRequest_Execute
 	//	*CallRequest_GetTxState
+	//	*CallRequest_Cancel
 	Call          isCallRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -198,6 +199,15 @@ func (x *CallRequest) GetGetTxState() *GetTxStateRequest {
 	return nil
 }
 
+func (x *CallRequest) GetCancel() *CancelCall {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
 type isCallRequest_Call interface {
 	isCallRequest_Call()
 }
@@ -210,9 +220,59 @@ type CallRequest_GetTxState struct {
 	GetTxState *GetTxStateRequest `protobuf:"bytes,4,opt,name=get_tx_state,json=getTxState,proto3,oneof"`
 }
 
+type CallRequest_Cancel struct {
+	Cancel *CancelCall `protobuf:"bytes,5,opt,name=cancel,proto3,oneof"`
+}
+
 func (*CallRequest_Execute) isCallRequest_Call() {}
 
 func (*CallRequest_GetTxState) isCallRequest_Call() {}
+
+func (*CallRequest_Cancel) isCallRequest_Call() {}
+
+// CancelCall cancels the call of the same id sent earlier on the stream:
+// what the call does next is what a cancelled unary call does (a commit
+// already made stands; its outcome is found with GetTxState). It gets no
+// reply of its own; the cancelled call still gets one, which the client
+// has stopped waiting for. A cancel of an id not running (finished, never
+// sent) does nothing. A server older than it answers it with a CallError
+// INVALID_ARGUMENT under the id, which the client has stopped waiting for
+// too.
+type CancelCall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelCall) Reset() {
+	*x = CancelCall{}
+	mi := &file_kiroku_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelCall) ProtoMessage() {}
+
+func (x *CancelCall) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelCall.ProtoReflect.Descriptor instead.
+func (*CancelCall) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{3}
+}
 
 type CallReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -229,7 +289,7 @@ type CallReply struct {
 
 func (x *CallReply) Reset() {
 	*x = CallReply{}
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -241,7 +301,7 @@ func (x *CallReply) String() string {
 func (*CallReply) ProtoMessage() {}
 
 func (x *CallReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[3]
+	mi := &file_kiroku_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -254,7 +314,7 @@ func (x *CallReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallReply.ProtoReflect.Descriptor instead.
 func (*CallReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{3}
+	return file_kiroku_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CallReply) GetId() uint64 {
@@ -332,7 +392,7 @@ type CallError struct {
 
 func (x *CallError) Reset() {
 	*x = CallError{}
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +404,7 @@ func (x *CallError) String() string {
 func (*CallError) ProtoMessage() {}
 
 func (x *CallError) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[4]
+	mi := &file_kiroku_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +417,7 @@ func (x *CallError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallError.ProtoReflect.Descriptor instead.
 func (*CallError) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{4}
+	return file_kiroku_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CallError) GetCode() int32 {
@@ -392,7 +452,7 @@ type RegisterCertificateRequest struct {
 
 func (x *RegisterCertificateRequest) Reset() {
 	*x = RegisterCertificateRequest{}
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +464,7 @@ func (x *RegisterCertificateRequest) String() string {
 func (*RegisterCertificateRequest) ProtoMessage() {}
 
 func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[5]
+	mi := &file_kiroku_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +477,7 @@ func (x *RegisterCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RegisterCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{5}
+	return file_kiroku_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterCertificateRequest) GetEntity() string {
@@ -452,7 +512,7 @@ type RegisterSecretRequest struct {
 
 func (x *RegisterSecretRequest) Reset() {
 	*x = RegisterSecretRequest{}
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +524,7 @@ func (x *RegisterSecretRequest) String() string {
 func (*RegisterSecretRequest) ProtoMessage() {}
 
 func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[6]
+	mi := &file_kiroku_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +537,7 @@ func (x *RegisterSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSecretRequest.ProtoReflect.Descriptor instead.
 func (*RegisterSecretRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{6}
+	return file_kiroku_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterSecretRequest) GetEntity() string {
@@ -514,7 +574,7 @@ type RegisterContractRequest struct {
 
 func (x *RegisterContractRequest) Reset() {
 	*x = RegisterContractRequest{}
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +586,7 @@ func (x *RegisterContractRequest) String() string {
 func (*RegisterContractRequest) ProtoMessage() {}
 
 func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[7]
+	mi := &file_kiroku_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +599,7 @@ func (x *RegisterContractRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterContractRequest.ProtoReflect.Descriptor instead.
 func (*RegisterContractRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{7}
+	return file_kiroku_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterContractRequest) GetContractId() string {
@@ -585,7 +645,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +657,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[8]
+	mi := &file_kiroku_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +670,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{8}
+	return file_kiroku_proto_rawDescGZIP(), []int{9}
 }
 
 type ListContractsRequest struct {
@@ -621,7 +681,7 @@ type ListContractsRequest struct {
 
 func (x *ListContractsRequest) Reset() {
 	*x = ListContractsRequest{}
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +693,7 @@ func (x *ListContractsRequest) String() string {
 func (*ListContractsRequest) ProtoMessage() {}
 
 func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[9]
+	mi := &file_kiroku_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +706,7 @@ func (x *ListContractsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsRequest.ProtoReflect.Descriptor instead.
 func (*ListContractsRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{9}
+	return file_kiroku_proto_rawDescGZIP(), []int{10}
 }
 
 type ContractInfo struct {
@@ -662,7 +722,7 @@ type ContractInfo struct {
 
 func (x *ContractInfo) Reset() {
 	*x = ContractInfo{}
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +734,7 @@ func (x *ContractInfo) String() string {
 func (*ContractInfo) ProtoMessage() {}
 
 func (x *ContractInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[10]
+	mi := &file_kiroku_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +747,7 @@ func (x *ContractInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContractInfo.ProtoReflect.Descriptor instead.
 func (*ContractInfo) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{10}
+	return file_kiroku_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ContractInfo) GetContractId() string {
@@ -734,7 +794,7 @@ type ListContractsReply struct {
 
 func (x *ListContractsReply) Reset() {
 	*x = ListContractsReply{}
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +806,7 @@ func (x *ListContractsReply) String() string {
 func (*ListContractsReply) ProtoMessage() {}
 
 func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[11]
+	mi := &file_kiroku_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +819,7 @@ func (x *ListContractsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContractsReply.ProtoReflect.Descriptor instead.
 func (*ListContractsReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{11}
+	return file_kiroku_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListContractsReply) GetContracts() []*ContractInfo {
@@ -785,7 +845,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +857,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[12]
+	mi := &file_kiroku_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +870,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{12}
+	return file_kiroku_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecuteRequest) GetNonce() string {
@@ -865,7 +925,7 @@ type InputEntry struct {
 
 func (x *InputEntry) Reset() {
 	*x = InputEntry{}
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +937,7 @@ func (x *InputEntry) String() string {
 func (*InputEntry) ProtoMessage() {}
 
 func (x *InputEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[13]
+	mi := &file_kiroku_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +950,7 @@ func (x *InputEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputEntry.ProtoReflect.Descriptor instead.
 func (*InputEntry) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{13}
+	return file_kiroku_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InputEntry) GetId() string {
@@ -922,7 +982,7 @@ type Proof struct {
 
 func (x *Proof) Reset() {
 	*x = Proof{}
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +994,7 @@ func (x *Proof) String() string {
 func (*Proof) ProtoMessage() {}
 
 func (x *Proof) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[14]
+	mi := &file_kiroku_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1007,7 @@ func (x *Proof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Proof.ProtoReflect.Descriptor instead.
 func (*Proof) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{14}
+	return file_kiroku_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Proof) GetId() string {
@@ -1015,7 +1075,7 @@ type ExecuteReply struct {
 
 func (x *ExecuteReply) Reset() {
 	*x = ExecuteReply{}
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1087,7 @@ func (x *ExecuteReply) String() string {
 func (*ExecuteReply) ProtoMessage() {}
 
 func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[15]
+	mi := &file_kiroku_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1100,7 @@ func (x *ExecuteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteReply.ProtoReflect.Descriptor instead.
 func (*ExecuteReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{15}
+	return file_kiroku_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecuteReply) GetNonce() string {
@@ -1098,7 +1158,7 @@ type GetAssetRequest struct {
 
 func (x *GetAssetRequest) Reset() {
 	*x = GetAssetRequest{}
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1170,7 @@ func (x *GetAssetRequest) String() string {
 func (*GetAssetRequest) ProtoMessage() {}
 
 func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[16]
+	mi := &file_kiroku_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1183,7 @@ func (x *GetAssetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetRequest.ProtoReflect.Descriptor instead.
 func (*GetAssetRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{16}
+	return file_kiroku_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetAssetRequest) GetId() string {
@@ -1182,7 +1242,7 @@ type AssetVersion struct {
 
 func (x *AssetVersion) Reset() {
 	*x = AssetVersion{}
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1254,7 @@ func (x *AssetVersion) String() string {
 func (*AssetVersion) ProtoMessage() {}
 
 func (x *AssetVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[17]
+	mi := &file_kiroku_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1267,7 @@ func (x *AssetVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssetVersion.ProtoReflect.Descriptor instead.
 func (*AssetVersion) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{17}
+	return file_kiroku_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AssetVersion) GetId() string {
@@ -1318,7 +1378,7 @@ type GetAssetReply struct {
 
 func (x *GetAssetReply) Reset() {
 	*x = GetAssetReply{}
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1390,7 @@ func (x *GetAssetReply) String() string {
 func (*GetAssetReply) ProtoMessage() {}
 
 func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[18]
+	mi := &file_kiroku_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1403,7 @@ func (x *GetAssetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssetReply.ProtoReflect.Descriptor instead.
 func (*GetAssetReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{18}
+	return file_kiroku_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetAssetReply) GetVersions() []*AssetVersion {
@@ -1377,7 +1437,7 @@ type GetProofRequest struct {
 
 func (x *GetProofRequest) Reset() {
 	*x = GetProofRequest{}
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1449,7 @@ func (x *GetProofRequest) String() string {
 func (*GetProofRequest) ProtoMessage() {}
 
 func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[19]
+	mi := &file_kiroku_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1462,7 @@ func (x *GetProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProofRequest.ProtoReflect.Descriptor instead.
 func (*GetProofRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{19}
+	return file_kiroku_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetProofRequest) GetId() string {
@@ -1428,7 +1488,7 @@ type GetTxStateRequest struct {
 
 func (x *GetTxStateRequest) Reset() {
 	*x = GetTxStateRequest{}
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1500,7 @@ func (x *GetTxStateRequest) String() string {
 func (*GetTxStateRequest) ProtoMessage() {}
 
 func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[20]
+	mi := &file_kiroku_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1513,7 @@ func (x *GetTxStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTxStateRequest.ProtoReflect.Descriptor instead.
 func (*GetTxStateRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{20}
+	return file_kiroku_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTxStateRequest) GetNonce() string {
@@ -1480,7 +1540,7 @@ type TxState struct {
 
 func (x *TxState) Reset() {
 	*x = TxState{}
-	mi := &file_kiroku_proto_msgTypes[21]
+	mi := &file_kiroku_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1552,7 @@ func (x *TxState) String() string {
 func (*TxState) ProtoMessage() {}
 
 func (x *TxState) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[21]
+	mi := &file_kiroku_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1565,7 @@ func (x *TxState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxState.ProtoReflect.Descriptor instead.
 func (*TxState) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{21}
+	return file_kiroku_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TxState) GetNonce() string {
@@ -1582,7 +1642,7 @@ type ValidateLedgerRequest struct {
 
 func (x *ValidateLedgerRequest) Reset() {
 	*x = ValidateLedgerRequest{}
-	mi := &file_kiroku_proto_msgTypes[22]
+	mi := &file_kiroku_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1654,7 @@ func (x *ValidateLedgerRequest) String() string {
 func (*ValidateLedgerRequest) ProtoMessage() {}
 
 func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[22]
+	mi := &file_kiroku_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1667,7 @@ func (x *ValidateLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerRequest.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{22}
+	return file_kiroku_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ValidateLedgerRequest) GetId() string {
@@ -1651,7 +1711,7 @@ type ValidateLedgerReply struct {
 
 func (x *ValidateLedgerReply) Reset() {
 	*x = ValidateLedgerReply{}
-	mi := &file_kiroku_proto_msgTypes[23]
+	mi := &file_kiroku_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1723,7 @@ func (x *ValidateLedgerReply) String() string {
 func (*ValidateLedgerReply) ProtoMessage() {}
 
 func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[23]
+	mi := &file_kiroku_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1736,7 @@ func (x *ValidateLedgerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateLedgerReply.ProtoReflect.Descriptor instead.
 func (*ValidateLedgerReply) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{23}
+	return file_kiroku_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ValidateLedgerReply) GetId() string {
@@ -1750,7 +1810,7 @@ type GetLedgerKeyRequest struct {
 
 func (x *GetLedgerKeyRequest) Reset() {
 	*x = GetLedgerKeyRequest{}
-	mi := &file_kiroku_proto_msgTypes[24]
+	mi := &file_kiroku_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1822,7 @@ func (x *GetLedgerKeyRequest) String() string {
 func (*GetLedgerKeyRequest) ProtoMessage() {}
 
 func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[24]
+	mi := &file_kiroku_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1835,7 @@ func (x *GetLedgerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLedgerKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetLedgerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{24}
+	return file_kiroku_proto_rawDescGZIP(), []int{25}
 }
 
 type LedgerKey struct {
@@ -1789,7 +1849,7 @@ type LedgerKey struct {
 
 func (x *LedgerKey) Reset() {
 	*x = LedgerKey{}
-	mi := &file_kiroku_proto_msgTypes[25]
+	mi := &file_kiroku_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1861,7 @@ func (x *LedgerKey) String() string {
 func (*LedgerKey) ProtoMessage() {}
 
 func (x *LedgerKey) ProtoReflect() protoreflect.Message {
-	mi := &file_kiroku_proto_msgTypes[25]
+	mi := &file_kiroku_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1874,7 @@ func (x *LedgerKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerKey.ProtoReflect.Descriptor instead.
 func (*LedgerKey) Descriptor() ([]byte, []int) {
-	return file_kiroku_proto_rawDescGZIP(), []int{25}
+	return file_kiroku_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LedgerKey) GetScheme() string {
@@ -1846,14 +1906,17 @@ const file_kiroku_proto_rawDesc = "" +
 	"\fCallRequests\x12,\n" +
 	"\x05calls\x18\x01 \x03(\v2\x16.kiroku.v1.CallRequestR\x05calls\"=\n" +
 	"\vCallReplies\x12.\n" +
-	"\areplies\x18\x01 \x03(\v2\x14.kiroku.v1.CallReplyR\areplies\"\xc5\x01\n" +
+	"\areplies\x18\x01 \x03(\v2\x14.kiroku.v1.CallReplyR\areplies\"\xf6\x01\n" +
 	"\vCallRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
 	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x125\n" +
 	"\aexecute\x18\x03 \x01(\v2\x19.kiroku.v1.ExecuteRequestH\x00R\aexecute\x12@\n" +
 	"\fget_tx_state\x18\x04 \x01(\v2\x1c.kiroku.v1.GetTxStateRequestH\x00R\n" +
-	"getTxStateB\x06\n" +
-	"\x04call\"\xb9\x01\n" +
+	"getTxState\x12/\n" +
+	"\x06cancel\x18\x05 \x01(\v2\x15.kiroku.v1.CancelCallH\x00R\x06cancelB\x06\n" +
+	"\x04call\"\f\n" +
+	"\n" +
+	"CancelCall\"\xb9\x01\n" +
 	"\tCallReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\aexecute\x18\x02 \x01(\v2\x17.kiroku.v1.ExecuteReplyH\x00R\aexecute\x12/\n" +
@@ -2014,78 +2077,80 @@ func file_kiroku_proto_rawDescGZIP() []byte {
 	return file_kiroku_proto_rawDescData
 }
 
-var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_kiroku_proto_goTypes = []any{
 	(*CallRequests)(nil),               // 0: kiroku.v1.CallRequests
 	(*CallReplies)(nil),                // 1: kiroku.v1.CallReplies
 	(*CallRequest)(nil),                // 2: kiroku.v1.CallRequest
-	(*CallReply)(nil),                  // 3: kiroku.v1.CallReply
-	(*CallError)(nil),                  // 4: kiroku.v1.CallError
-	(*RegisterCertificateRequest)(nil), // 5: kiroku.v1.RegisterCertificateRequest
-	(*RegisterSecretRequest)(nil),      // 6: kiroku.v1.RegisterSecretRequest
-	(*RegisterContractRequest)(nil),    // 7: kiroku.v1.RegisterContractRequest
-	(*RegisterReply)(nil),              // 8: kiroku.v1.RegisterReply
-	(*ListContractsRequest)(nil),       // 9: kiroku.v1.ListContractsRequest
-	(*ContractInfo)(nil),               // 10: kiroku.v1.ContractInfo
-	(*ListContractsReply)(nil),         // 11: kiroku.v1.ListContractsReply
-	(*ExecuteRequest)(nil),             // 12: kiroku.v1.ExecuteRequest
-	(*InputEntry)(nil),                 // 13: kiroku.v1.InputEntry
-	(*Proof)(nil),                      // 14: kiroku.v1.Proof
-	(*ExecuteReply)(nil),               // 15: kiroku.v1.ExecuteReply
-	(*GetAssetRequest)(nil),            // 16: kiroku.v1.GetAssetRequest
-	(*AssetVersion)(nil),               // 17: kiroku.v1.AssetVersion
-	(*GetAssetReply)(nil),              // 18: kiroku.v1.GetAssetReply
-	(*GetProofRequest)(nil),            // 19: kiroku.v1.GetProofRequest
-	(*GetTxStateRequest)(nil),          // 20: kiroku.v1.GetTxStateRequest
-	(*TxState)(nil),                    // 21: kiroku.v1.TxState
-	(*ValidateLedgerRequest)(nil),      // 22: kiroku.v1.ValidateLedgerRequest
-	(*ValidateLedgerReply)(nil),        // 23: kiroku.v1.ValidateLedgerReply
-	(*GetLedgerKeyRequest)(nil),        // 24: kiroku.v1.GetLedgerKeyRequest
-	(*LedgerKey)(nil),                  // 25: kiroku.v1.LedgerKey
+	(*CancelCall)(nil),                 // 3: kiroku.v1.CancelCall
+	(*CallReply)(nil),                  // 4: kiroku.v1.CallReply
+	(*CallError)(nil),                  // 5: kiroku.v1.CallError
+	(*RegisterCertificateRequest)(nil), // 6: kiroku.v1.RegisterCertificateRequest
+	(*RegisterSecretRequest)(nil),      // 7: kiroku.v1.RegisterSecretRequest
+	(*RegisterContractRequest)(nil),    // 8: kiroku.v1.RegisterContractRequest
+	(*RegisterReply)(nil),              // 9: kiroku.v1.RegisterReply
+	(*ListContractsRequest)(nil),       // 10: kiroku.v1.ListContractsRequest
+	(*ContractInfo)(nil),               // 11: kiroku.v1.ContractInfo
+	(*ListContractsReply)(nil),         // 12: kiroku.v1.ListContractsReply
+	(*ExecuteRequest)(nil),             // 13: kiroku.v1.ExecuteRequest
+	(*InputEntry)(nil),                 // 14: kiroku.v1.InputEntry
+	(*Proof)(nil),                      // 15: kiroku.v1.Proof
+	(*ExecuteReply)(nil),               // 16: kiroku.v1.ExecuteReply
+	(*GetAssetRequest)(nil),            // 17: kiroku.v1.GetAssetRequest
+	(*AssetVersion)(nil),               // 18: kiroku.v1.AssetVersion
+	(*GetAssetReply)(nil),              // 19: kiroku.v1.GetAssetReply
+	(*GetProofRequest)(nil),            // 20: kiroku.v1.GetProofRequest
+	(*GetTxStateRequest)(nil),          // 21: kiroku.v1.GetTxStateRequest
+	(*TxState)(nil),                    // 22: kiroku.v1.TxState
+	(*ValidateLedgerRequest)(nil),      // 23: kiroku.v1.ValidateLedgerRequest
+	(*ValidateLedgerReply)(nil),        // 24: kiroku.v1.ValidateLedgerReply
+	(*GetLedgerKeyRequest)(nil),        // 25: kiroku.v1.GetLedgerKeyRequest
+	(*LedgerKey)(nil),                  // 26: kiroku.v1.LedgerKey
 }
 var file_kiroku_proto_depIdxs = []int32{
 	2,  // 0: kiroku.v1.CallRequests.calls:type_name -> kiroku.v1.CallRequest
-	3,  // 1: kiroku.v1.CallReplies.replies:type_name -> kiroku.v1.CallReply
-	12, // 2: kiroku.v1.CallRequest.execute:type_name -> kiroku.v1.ExecuteRequest
-	20, // 3: kiroku.v1.CallRequest.get_tx_state:type_name -> kiroku.v1.GetTxStateRequest
-	15, // 4: kiroku.v1.CallReply.execute:type_name -> kiroku.v1.ExecuteReply
-	21, // 5: kiroku.v1.CallReply.tx_state:type_name -> kiroku.v1.TxState
-	4,  // 6: kiroku.v1.CallReply.error:type_name -> kiroku.v1.CallError
-	10, // 7: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
-	13, // 8: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
-	14, // 9: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
-	13, // 10: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
-	13, // 11: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
-	17, // 12: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
-	13, // 13: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
-	13, // 14: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
-	5,  // 15: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
-	6,  // 16: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
-	7,  // 17: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
-	9,  // 18: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
-	12, // 19: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
-	16, // 20: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
-	19, // 21: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
-	20, // 22: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
-	22, // 23: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
-	24, // 24: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
-	0,  // 25: kiroku.v1.Ledger.CallBatches:input_type -> kiroku.v1.CallRequests
-	8,  // 26: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
-	8,  // 27: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
-	8,  // 28: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
-	11, // 29: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
-	15, // 30: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
-	18, // 31: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
-	14, // 32: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
-	21, // 33: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
-	23, // 34: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
-	25, // 35: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
-	1,  // 36: kiroku.v1.Ledger.CallBatches:output_type -> kiroku.v1.CallReplies
-	26, // [26:37] is the sub-list for method output_type
-	15, // [15:26] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 1: kiroku.v1.CallReplies.replies:type_name -> kiroku.v1.CallReply
+	13, // 2: kiroku.v1.CallRequest.execute:type_name -> kiroku.v1.ExecuteRequest
+	21, // 3: kiroku.v1.CallRequest.get_tx_state:type_name -> kiroku.v1.GetTxStateRequest
+	3,  // 4: kiroku.v1.CallRequest.cancel:type_name -> kiroku.v1.CancelCall
+	16, // 5: kiroku.v1.CallReply.execute:type_name -> kiroku.v1.ExecuteReply
+	22, // 6: kiroku.v1.CallReply.tx_state:type_name -> kiroku.v1.TxState
+	5,  // 7: kiroku.v1.CallReply.error:type_name -> kiroku.v1.CallError
+	11, // 8: kiroku.v1.ListContractsReply.contracts:type_name -> kiroku.v1.ContractInfo
+	14, // 9: kiroku.v1.Proof.input:type_name -> kiroku.v1.InputEntry
+	15, // 10: kiroku.v1.ExecuteReply.proofs:type_name -> kiroku.v1.Proof
+	14, // 11: kiroku.v1.ExecuteReply.input:type_name -> kiroku.v1.InputEntry
+	14, // 12: kiroku.v1.AssetVersion.input:type_name -> kiroku.v1.InputEntry
+	18, // 13: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
+	14, // 14: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
+	14, // 15: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
+	6,  // 16: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
+	7,  // 17: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
+	8,  // 18: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
+	10, // 19: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
+	13, // 20: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
+	17, // 21: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
+	20, // 22: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
+	21, // 23: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
+	23, // 24: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
+	25, // 25: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
+	0,  // 26: kiroku.v1.Ledger.CallBatches:input_type -> kiroku.v1.CallRequests
+	9,  // 27: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
+	9,  // 28: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
+	9,  // 29: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
+	12, // 30: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
+	16, // 31: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
+	19, // 32: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
+	15, // 33: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
+	22, // 34: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
+	24, // 35: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
+	26, // 36: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
+	1,  // 37: kiroku.v1.Ledger.CallBatches:output_type -> kiroku.v1.CallReplies
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kiroku_proto_init() }
@@ -2096,8 +2161,9 @@ func file_kiroku_proto_init() {
 	file_kiroku_proto_msgTypes[2].OneofWrappers = []any{
 		(*CallRequest_Execute)(nil),
 		(*CallRequest_GetTxState)(nil),
+		(*CallRequest_Cancel)(nil),
 	}
-	file_kiroku_proto_msgTypes[3].OneofWrappers = []any{
+	file_kiroku_proto_msgTypes[4].OneofWrappers = []any{
 		(*CallReply_Execute)(nil),
 		(*CallReply_TxState)(nil),
 		(*CallReply_Error)(nil),
@@ -2108,7 +2174,7 @@ func file_kiroku_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kiroku_proto_rawDesc), len(file_kiroku_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

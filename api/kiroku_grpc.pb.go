@@ -66,7 +66,9 @@ type LedgerClient interface {
 	// itself ends only when the server shuts down (after answering what it
 	// received) or the client closes it. A call whose reply alone would pass
 	// 64 MiB gets a CallError RESOURCE_EXHAUSTED (its transaction's outcome
-	// stands).
+	// stands). A caller that gives up on a call sends a cancel carrying its
+	// id, which cancels the call's context on the server as the end of a
+	// unary call's stream would.
 	CallBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequests, CallReplies], error)
 }
 
@@ -223,7 +225,9 @@ type LedgerServer interface {
 	// itself ends only when the server shuts down (after answering what it
 	// received) or the client closes it. A call whose reply alone would pass
 	// 64 MiB gets a CallError RESOURCE_EXHAUSTED (its transaction's outcome
-	// stands).
+	// stands). A caller that gives up on a call sends a cancel carrying its
+	// id, which cancels the call's context on the server as the end of a
+	// unary call's stream would.
 	CallBatches(grpc.BidiStreamingServer[CallRequests, CallReplies]) error
 	mustEmbedUnimplementedLedgerServer()
 }

@@ -26,6 +26,9 @@ import (
 // CPU. The calls queued when one is sent share its message, as the
 // replies ready together share theirs, which spreads that cost further.
 //
+// A caller whose ctx ends before its reply stops waiting and sends a
+// cancel for its call (cancelCall).
+//
 // A broken stream fails every call waiting on it with Unavailable, which
 // call treats as a lost reply and retries (on a new stream) with the same
 // nonce. A server without CallBatches (Unimplemented) turns the mux off for
@@ -319,7 +322,30 @@ func (m *mux) do(ctx context.Context, req *api.CallRequest) (*api.CallReply, err
 		default:
 		}
 		s.forget(req.Id)
+		s.cancelCall(req.Id)
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// cancelCall tells the server to cancel call id, queued to be sent (or
+// sent) on s, as the end of its stream tells the server a unary call is
+// cancelled: otherwise the server would go on working for a caller gone.
+// The cancel follows the call on the queue, so the server reads it after
+// the call. A full queue does not hold the caller back: a goroutine waits
+// for room instead.
+func (s *muxStream) cancelCall(id uint64) {
+	req := &api.CallRequest{Id: id, Call: &api.CallRequest_Cancel{Cancel: &api.CancelCall{}}}
+	c := &muxCall{req: req, size: batch.Entry(proto.Size(req))}
+	select {
+	case s.sendq <- c:
+	case <-s.done:
+	default:
+		go func() {
+			select {
+			case s.sendq <- c:
+			case <-s.done:
+			}
+		}()
 	}
 }
 

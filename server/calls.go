@@ -53,7 +53,7 @@ func (s *service) CallBatches(st api.Ledger_CallBatchesServer) error {
 	sent := make(chan error, 1)
 	go func() { sent <- sendReplies(st, replies) }()
 
-	d := &dispatcher{s: s, ctx: ctx, work: make(chan *api.CallRequest), replies: replies}
+	d := &dispatcher{s: s, ctx: ctx, work: make(chan *streamCall), replies: replies, running: make(map[uint64]*streamCall)}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- d.receive(st) }()
 	var err error
@@ -82,10 +82,14 @@ func (s *service) CallBatches(st api.Ledger_CallBatchesServer) error {
 // it waits for one to be free, and while it waits the stream is not read,
 // so HTTP/2 flow control holds the client back. Workers end with the
 // stream, each after answering the call it holds.
+//
+// Each call runs under a context of its own, made when it is handed out:
+// its timeout runs from then, and a cancel the client sends for its id
+// (read by the same goroutine, so always after the call) cancels it.
 type dispatcher struct {
 	s       *service
 	ctx     context.Context
-	work    chan *api.CallRequest
+	work    chan *streamCall
 	replies chan<- sizedReply
 	workers sync.WaitGroup
 
@@ -94,6 +98,19 @@ type dispatcher struct {
 	mu      sync.Mutex
 	stopped bool
 	n       int // workers started
+
+	// running holds the calls handed out and not yet answered, by id, for
+	// the client's cancels. It has a lock of its own: a worker ending a
+	// call takes it while dispatch may hold mu, waiting for that worker.
+	runningMu sync.Mutex
+	running   map[uint64]*streamCall
+}
+
+// streamCall is a call of the stream and the context it runs under.
+type streamCall struct {
+	req    *api.CallRequest
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // receive reads the stream and hands out its calls until the stream ends,
@@ -105,46 +122,100 @@ func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
 			return err
 		}
 		for _, req := range msg.Calls {
-			if !d.dispatch(req) {
+			if _, ok := req.Call.(*api.CallRequest_Cancel); ok {
+				d.cancel(req.Id)
+				continue
+			}
+			if !d.dispatch(d.start(req)) {
 				return nil
 			}
 		}
 	}
 }
 
-// dispatch hands req to a worker; false means the stream takes no more
-// calls.
-func (d *dispatcher) dispatch(req *api.CallRequest) bool {
+// start makes req's context and records it as running under its id. Two
+// calls under one id (a client's error) each run; a cancel of the id
+// reaches the later.
+func (d *dispatcher) start(req *api.CallRequest) *streamCall {
+	c := &streamCall{req: req}
+	if req.TimeoutMicros > 0 {
+		c.ctx, c.cancel = context.WithTimeout(d.ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
+	} else {
+		c.ctx, c.cancel = context.WithCancel(d.ctx)
+	}
+	d.runningMu.Lock()
+	d.running[req.Id] = c
+	d.runningMu.Unlock()
+	return c
+}
+
+// cancel cancels the running call id, if there is one.
+func (d *dispatcher) cancel(id uint64) {
+	d.runningMu.Lock()
+	c := d.running[id]
+	d.runningMu.Unlock()
+	if c != nil {
+		c.cancel()
+	}
+}
+
+// run answers c and forgets it.
+func (d *dispatcher) run(c *streamCall) {
+	r := d.s.call(c.ctx, c.req)
+	c.cancel()
+	d.runningMu.Lock()
+	if d.running[c.req.Id] == c {
+		delete(d.running, c.req.Id)
+	}
+	d.runningMu.Unlock()
+	d.replies <- r
+}
+
+// dispatch hands c to a worker; false means the stream takes no more
+// calls, and c is dropped.
+func (d *dispatcher) dispatch(c *streamCall) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	select {
 	case <-d.s.closing: // a closing server takes no more calls
+		d.drop(c)
 		return false
 	default:
 	}
 	if d.stopped {
+		d.drop(c)
 		return false
 	}
 	select {
-	case d.work <- req:
+	case d.work <- c:
 		return true
 	default:
 	}
 	if d.n == maxStreamCalls {
-		d.work <- req // workers take calls without mu
+		d.work <- c // workers take calls without mu
 		return true
 	}
 	d.n++
 	d.workers.Add(1)
-	go d.worker(req)
+	go d.worker(c)
 	return true
 }
 
-func (d *dispatcher) worker(req *api.CallRequest) {
+// drop forgets c, which will not run.
+func (d *dispatcher) drop(c *streamCall) {
+	c.cancel()
+	d.runningMu.Lock()
+	if d.running[c.req.Id] == c {
+		delete(d.running, c.req.Id)
+	}
+	d.runningMu.Unlock()
+}
+
+func (d *dispatcher) worker(c *streamCall) {
 	defer d.workers.Done()
-	d.replies <- d.s.call(d.ctx, req)
-	for req := range d.work {
-		d.replies <- d.s.call(d.ctx, req)
+	d.run(c)
+	for c := range d.work {
+		d.run(c)
 	}
 }
 
@@ -183,14 +254,10 @@ func sendReplies(st api.Ledger_CallBatchesServer, replies <-chan sizedReply) err
 	}
 }
 
-// call runs one call of a CallBatches stream through the same interceptor
-// a unary call takes, and turns its outcome into the reply.
+// call runs one call of a CallBatches stream, under its own context
+// (dispatcher.start), through the same interceptor a unary call takes, and
+// turns its outcome into the reply.
 func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
-	if req.TimeoutMicros > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
-		defer cancel()
-	}
 	var kind string
 	fail := func(err error) (any, error) {
 		var code codes.Code

@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/ledger"
 )
 
@@ -135,4 +138,109 @@ func (s *sharedCount) RecvMsg(m any) error {
 		s.shared.Add(1)
 	}
 	return err
+}
+
+// TestCancelReachesStreamCall: a caller that gives up on a call sent over
+// the CallBatches stream cancels it on the server, as the end of a unary
+// call's stream does: the server's call stops waiting for a durable commit
+// that is not coming, rather than working on for a caller gone. The stream
+// goes on serving the client's next call.
+func TestCancelReachesStreamCall(t *testing.T) {
+	// Every fsync waits while the gate is shut.
+	var gate atomic.Pointer[chan struct{}]
+	var held atomic.Int32
+	hook := func(bool) {
+		if g := gate.Load(); g != nil {
+			held.Add(1)
+			<-*g
+		}
+	}
+	failed := make(chan slog.Record, 16)
+	ctx := context.Background()
+	const token = "admin-token"
+	srv, err := Start(ctx, Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0", AdminToken: token,
+		Engine: engine.Config{FS: vfsutil.SyncHookFS(vfs.Default, hook)},
+		Logger: slog.New(&recordHandler{msg: "rpc failed", out: failed})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop(time.Second) })
+	var streams atomic.Int32
+	count := grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		streams.Add(1)
+		return streamer(ctx, desc, cc, method, opts...)
+	})
+	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "gus", Secret: bytes.Repeat([]byte("g"), 32), AdminToken: token,
+		DialOptions: []grpc.DialOption{count}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.RegisterSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const put = "def invoke(ledger, args):\n    ledger.put(args['id'], 1)\n    return 1\n"
+	if err := c.RegisterContract(ctx, "put", []byte(put)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Execute(ctx, "put", []byte(`{"id":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	shut := make(chan struct{})
+	gate.Store(&shut)
+	open := sync.OnceFunc(func() { gate.Store(nil); close(shut) })
+	defer open()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Execute(cctx, "put", []byte(`{"id":"b"}`))
+		done <- err
+	}()
+	for held.Load() == 0 { // the commit's epoch is being made durable
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	var ce *client.Error
+	if err := <-done; !errors.As(err, &ce) || ce.Code != codes.Canceled {
+		t.Fatalf("the cancelled call returned %v, want CANCELED", err)
+	}
+	select {
+	case r := <-failed:
+		attrs := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		if attrs["method"] != "ExecuteContract" || attrs["code"] != codes.Canceled.String() {
+			t.Fatalf("the server's call ended with %v, want ExecuteContract CANCELED", attrs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's call went on waiting for durability 10 s after its caller cancelled it")
+	}
+	open()
+	if _, err := c.Execute(ctx, "put", []byte(`{"id":"c"}`)); err != nil {
+		t.Fatalf("a call after the cancelled one: %v", err)
+	}
+	if n := streams.Load(); n != 1 {
+		t.Errorf("the client opened %d CallBatches streams, want 1", n)
+	}
+}
+
+// recordHandler sends the records whose message is msg to out, dropping
+// them when out is full.
+type recordHandler struct {
+	msg string
+	out chan<- slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.out <- r.Clone():
+		default:
+		}
+	}
+	return nil
 }
