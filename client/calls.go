@@ -1,11 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -135,7 +137,13 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 
 // recover rebuilds the outcome of a request whose reply was lost. The
 // nonce may have been used before by another request (a caller-chosen
-// nonce): an outcome recorded for another contract is not this one's.
+// nonce, or another entity's): an outcome recorded for another contract
+// is not this one's, and a committed transaction that wrote is this
+// request's only if the versions it wrote record this request (sameRequest).
+// A transaction that wrote nothing, or aborted, records no more of its
+// request than the contract, so for those an outcome of another request
+// to the same contract under the nonce cannot be told from this one's;
+// either way, this request itself did not write.
 func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
 	nonce := r.Nonce
 	st, err := c.TxState(ctx, nonce)
@@ -143,12 +151,18 @@ func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result
 		return nil, err
 	}
 	if st.Status != ledger.TxUnknown && st.Contract != r.ContractID {
-		return nil, &Error{Code: wire.Code("nonce_reused"), Kind: "nonce_reused", sentinel: ledger.ErrNonceReused,
-			Msg: fmt.Sprintf("nonce %s was used by a request to %s, not %s", nonce, st.Contract, r.ContractID)}
+		return nil, nonceUsed(nonce, fmt.Sprintf("a request to %s, not %s", st.Contract, r.ContractID))
 	}
 	switch st.Status {
 	case ledger.TxCommitted:
-		return c.CommittedResult(ctx, st)
+		res, err := c.CommittedResult(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.sameRequest(ctx, r, res); err != nil {
+			return nil, err
+		}
+		return res, nil
 	case ledger.TxAborted:
 		if s := ledger.KindError(st.Kind); s != nil {
 			return nil, &Error{Code: wire.Code(st.Kind), Kind: st.Kind, Msg: st.Reason, sentinel: s}
@@ -156,6 +170,46 @@ func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result
 		return nil, fmt.Errorf("client: transaction %s aborted: %s", nonce, st.Reason)
 	}
 	return nil, fmt.Errorf("client: transaction %s: nonce used, but its state is %s", nonce, st.Status)
+}
+
+// sameRequest checks that the committed transaction of res was r: a
+// version it wrote (the first of its proofs; all record the same request)
+// must hold r's nonce, contract, argument and signer, and hash to what its
+// proof says. A transaction that wrote nothing passes.
+func (c *Client) sameRequest(ctx context.Context, r *ledger.Request, res *ledger.Result) error {
+	if len(res.Proofs) == 0 {
+		return nil
+	}
+	p := &res.Proofs[0]
+	vs, err := c.History(ctx, p.ID, ledger.ScanRange{Start: p.Age, End: p.Age, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("client: version %s@%d written under nonce %s: %w", p.ID, p.Age, r.Nonce, err)
+	}
+	if len(vs) != 1 || vs[0].Age != p.Age || !bytes.Equal(vs[0].ComputeHash(), p.Hash) {
+		return fmt.Errorf("client: version %s@%d written under nonce %s: the ledger returned %d versions, none matching its proof", p.ID, p.Age, r.Nonce, len(vs))
+	}
+	v := vs[0]
+	var differ []string
+	for _, d := range []struct {
+		field string
+		same  bool
+	}{{"nonce", v.Nonce == r.Nonce}, {"contract", v.Contract == r.ContractID}, {"argument", bytes.Equal(v.Argument, r.Argument)},
+		{"entity", v.Entity == r.Entity}, {"key version", v.KeyVersion == r.KeyVersion}} {
+		if !d.same {
+			differ = append(differ, d.field)
+		}
+	}
+	if len(differ) > 0 {
+		return nonceUsed(r.Nonce, fmt.Sprintf("another request (it differs in %s, as %s@%d records)", strings.Join(differ, ", "), v.ID, v.Age))
+	}
+	return nil
+}
+
+// nonceUsed is ErrNonceReused for a nonce whose recorded outcome belongs
+// to another request, described by other.
+func nonceUsed(nonce, other string) error {
+	return &Error{Code: wire.Code("nonce_reused"), Kind: "nonce_reused", sentinel: ledger.ErrNonceReused,
+		Msg: fmt.Sprintf("nonce %s was used by %s", nonce, other)}
 }
 
 // CommittedResult rebuilds the result of a committed transaction from its

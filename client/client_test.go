@@ -321,3 +321,74 @@ func (s *losingStream) RecvMsg(m any) error {
 	}
 	return nil
 }
+
+// TestRecoverTellsRequestsApart: a request whose nonce another request
+// used, and whose first reply is lost, recovers the outcome recorded for
+// the nonce only if it is its own. The other request here is to the same
+// contract (which the recorded state names), with another argument, or
+// from another entity: the version it wrote records which.
+func TestRecoverTellsRequestsApart(t *testing.T) {
+	ctx := context.Background()
+	srv := startServer(t, server.Options{AdminToken: token})
+	var lose sync.Map // nonce → its next reply is lost
+	lost := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if r, ok := req.(*api.ExecuteRequest); ok {
+			if _, ok := lose.LoadAndDelete(r.GetNonce()); ok {
+				return status.Error(codes.Unavailable, "reply lost (test)")
+			}
+		}
+		return err
+	}
+	clientOf := func(entity string) *client.Client {
+		c := dial(t, client.Config{Server: srv.Addr(), Entity: entity, Secret: bytes.Repeat([]byte(entity[:1]), 32), AdminToken: token,
+			UnaryCalls: true, DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(lost)}})
+		if err := c.RegisterSecret(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	alice, bob := clientOf("alice"), clientOf("bob")
+	if err := alice.RegisterContract(ctx, "counter", []byte(counter)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := alice.Execute(ctx, "counter", []byte(`{"id":"p"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := first.Nonce
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+		arg  string
+	}{
+		{"another argument", alice, `{"id":"q"}`},
+		{"another entity", bob, `{"id":"p"}`},
+		{"the same argument, spelled otherwise", alice, `{"id": "p"}`},
+	} {
+		r, err := tc.c.SignRequest(&ledger.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(tc.arg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lose.Store(nonce, true)
+		res, err := tc.c.ExecuteRequest(ctx, r)
+		if !errors.Is(err, ledger.ErrNonceReused) {
+			t.Errorf("%s: recovered the nonce's outcome as this request's (result %v), %v; want ErrNonceReused", tc.name, res != nil, err)
+		}
+		if _, ok := lose.Load(nonce); ok {
+			t.Fatalf("%s: no reply was lost: recovery was not put to the test", tc.name)
+		}
+	}
+	// The request that used the nonce recovers its own outcome.
+	r, err := alice.SignRequest(&ledger.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(`{"id":"p"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lose.Store(nonce, true)
+	if res, err := alice.ExecuteRequest(ctx, r); err != nil || string(res.Result) != "1" || len(res.Proofs) != 1 || srv.Ledger.VerifyProof(&res.Proofs[0]) != nil {
+		t.Fatalf("the nonce's own request recovered %+v, %v; want result 1 and the proof of p@0", res, err)
+	}
+	if latest, _ := srv.Ledger.Latest(ctx, "p"); latest != 0 {
+		t.Fatalf("asset p at age %d; the refused requests wrote", latest)
+	}
+}
