@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,10 +128,13 @@ type Context struct {
 // execution is the state shared by a request's top-level contract and every
 // contract it calls.
 type execution struct {
+	ctx    context.Context
 	limits Limits
 	load   func(id string) (Contract, error)
 	stack  []string    // ids of the contracts running, outermost first
 	star   *starThread // created by the first Starlark contract
+	// stopCancel unhooks star's cancellation from ctx (starThread.cancelOn).
+	stopCancel func() bool
 	// read is the bytes of asset values get and scan returned so far.
 	read int
 	// storeErr is the first failure of the store itself (storage, a
@@ -262,12 +266,21 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 }
 
 // runContract executes contract id on args against store and returns the
-// canonical result. Every failure wraps one of the package's sentinels.
-func runContract(limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
-	x := &execution{limits: limits, load: load}
+// canonical result. Every failure of the contract's making wraps one of
+// the package's sentinels. One of the store, or ctx ending (which stops a
+// Starlark contract at its next step), is returned as it is, with no
+// ledger kind: it says nothing about the request, so no abort is recorded.
+func runContract(ctx context.Context, limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
+	x := &execution{ctx: ctx, limits: limits, load: load}
 	out, err := x.call(store, id, args)
+	if x.stopCancel != nil {
+		x.stopCancel()
+	}
 	if x.storeErr != nil {
 		return nil, x.storeErr
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	return out, err
 }

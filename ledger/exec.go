@@ -61,7 +61,7 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 		res, failed = nil, nil
 		s.begin(ctx, tx)
 		defer s.end()
-		out, err := runContract(l.lim, load, s, req.ContractID, req.Argument)
+		out, err := runContract(ctx, l.lim, load, s, req.ContractID, req.Argument)
 		if err == nil {
 			err = s.checkReply(req, out)
 		}

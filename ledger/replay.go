@@ -40,7 +40,7 @@ func CompileContract(id string, source []byte) (Contract, error) {
 func Replay(ctx context.Context, lim Limits, load func(id string) (Contract, error), contract string, argument []byte,
 	input, writes map[string]int64, src VersionSource) (*Replayed, string, error) {
 	s := &replayStore{ctx: ctx, src: src, input: input, written: writes, writes: map[string][]byte{}}
-	res, rerr := runContract(lim.withDefaults(), load, s, contract, argument)
+	res, rerr := runContract(ctx, lim.withDefaults(), load, s, contract, argument)
 	switch {
 	case s.missing != "":
 		return nil, s.missing, nil

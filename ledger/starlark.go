@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -86,11 +87,19 @@ func newStarThread(l Limits) *starThread {
 	return st
 }
 
+// cancelOn cancels the thread when ctx ends, so a contract that runs long
+// within its step budget stops at its caller's deadline or cancel, not at
+// the end of its budget; the returned function unhooks it.
+func (st *starThread) cancelOn(ctx context.Context) func() bool {
+	return context.AfterFunc(ctx, func() { st.thread.Cancel("the request's context ended") })
+}
+
 // Invoke runs the contract on the execution's Starlark thread.
 func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	x := ctx.run
 	if x.star == nil {
 		x.star = newStarThread(x.limits)
+		x.stopCancel = x.star.cancelOn(x.ctx)
 	}
 	t := x.star
 	fail := func(err error) ([]byte, error) {
