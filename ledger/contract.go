@@ -267,9 +267,10 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 
 // runContract executes contract id on args against store and returns the
 // canonical result. Every failure of the contract's making wraps one of
-// the package's sentinels. One of the store, or ctx ending (which stops a
-// Starlark contract at its next step), is returned as it is, with no
-// ledger kind: it says nothing about the request, so no abort is recorded.
+// the package's sentinels. A failure of the store, and ctx's end (which
+// stops a Starlark contract at its next step), are returned as they are,
+// with no ledger kind: they say nothing about the request, so no abort is
+// recorded.
 func runContract(ctx context.Context, limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
 	x := &execution{ctx: ctx, limits: limits, load: load}
 	out, err := x.call(store, id, args)

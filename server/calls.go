@@ -159,16 +159,22 @@ func (d *dispatcher) cancel(id uint64) {
 	}
 }
 
-// run answers c and forgets it.
+// run answers c.
 func (d *dispatcher) run(c *streamCall) {
 	r := d.s.call(c.ctx, c.req)
+	d.forget(c)
+	d.replies <- r
+}
+
+// forget ends c's context and drops it from the running calls: it was
+// answered, or will not run.
+func (d *dispatcher) forget(c *streamCall) {
 	c.cancel()
 	d.runningMu.Lock()
 	if d.running[c.req.Id] == c {
 		delete(d.running, c.req.Id)
 	}
 	d.runningMu.Unlock()
-	d.replies <- r
 }
 
 // dispatch hands c to a worker; false means the stream takes no more
@@ -178,12 +184,12 @@ func (d *dispatcher) dispatch(c *streamCall) bool {
 	defer d.mu.Unlock()
 	select {
 	case <-d.s.closing: // a closing server takes no more calls
-		d.drop(c)
+		d.forget(c)
 		return false
 	default:
 	}
 	if d.stopped {
-		d.drop(c)
+		d.forget(c)
 		return false
 	}
 	select {
@@ -199,16 +205,6 @@ func (d *dispatcher) dispatch(c *streamCall) bool {
 	d.workers.Add(1)
 	go d.worker(c)
 	return true
-}
-
-// drop forgets c, which will not run.
-func (d *dispatcher) drop(c *streamCall) {
-	c.cancel()
-	d.runningMu.Lock()
-	if d.running[c.req.Id] == c {
-		delete(d.running, c.req.Id)
-	}
-	d.runningMu.Unlock()
 }
 
 func (d *dispatcher) worker(c *streamCall) {
