@@ -114,16 +114,23 @@ func limitedStream(t *testing.T, entity string, streams, shared *atomic.Int32) (
 		}
 		return &sharedCount{ClientStream: cs, shared: shared}, nil
 	})
+	return ctx, secretClient(t, srv, entity, token, watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply)))
+}
+
+// secretClient dials srv as entity, with an HMAC secret it enrols using the
+// administrator's token, and closes the client when the test ends.
+func secretClient(t *testing.T, srv *Running, entity, token string, opts ...grpc.DialOption) *client.Client {
+	t.Helper()
 	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: entity, Secret: bytes.Repeat([]byte(entity[:1]), 32), AdminToken: token,
-		DialOptions: []grpc.DialOption{watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallReply))}})
+		DialOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := c.RegisterSecret(ctx); err != nil {
+	if err := c.RegisterSecret(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return ctx, c
+	return c
 }
 
 // sharedCount counts the messages received that carry several replies.
@@ -170,15 +177,7 @@ func TestCancelReachesStreamCall(t *testing.T) {
 		streams.Add(1)
 		return streamer(ctx, desc, cc, method, opts...)
 	})
-	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "gus", Secret: bytes.Repeat([]byte("g"), 32), AdminToken: token,
-		DialOptions: []grpc.DialOption{count}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if err := c.RegisterSecret(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := secretClient(t, srv, "gus", token, count)
 	const put = "def invoke(ledger, args):\n    ledger.put(args['id'], 1)\n    return 1\n"
 	if err := c.RegisterContract(ctx, "put", []byte(put)); err != nil {
 		t.Fatal(err)

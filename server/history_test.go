@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kiroku-db/kiroku/api"
-	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
 )
 
@@ -44,15 +42,7 @@ func TestHistoryLargerThanAReply(t *testing.T) {
 		}
 		return err
 	})
-	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "gus", Secret: bytes.Repeat([]byte("g"), 32), AdminToken: token,
-		DialOptions: []grpc.DialOption{watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1 << 20))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	if err := c.RegisterSecret(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := secretClient(t, srv, "gus", token, watch, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<20)))
 	const fillSrc = "def invoke(ledger, args):\n    ledger.put('big', args['fill'])\n    return None\n"
 	if err := c.RegisterContract(ctx, "fill", []byte(fillSrc)); err != nil {
 		t.Fatal(err)
