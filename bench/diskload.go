@@ -10,7 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-	"unsafe"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 // DiskLoad is the disk writes of a run with the log, made again without
@@ -51,8 +52,7 @@ func openDiskLoad(dir string, dl DiskLoad) (*loadFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := make([]byte, loadWrite+4096)
-	l := &loadFile{f: f, buf: raw[(4096-int(uintptr(unsafe.Pointer(&raw[0]))%4096))%4096:][:loadWrite],
+	l := &loadFile{f: f, buf: vfsutil.Align(make([]byte, loadWrite+4096), 4096, loadWrite),
 		span: max(dl.Span, 16*loadWrite) &^ (loadWrite - 1), rate: dl.Rate}
 	for off := int64(0); off < l.span && err == nil; off += loadWrite {
 		_, err = f.WriteAt(l.buf, off)

@@ -42,7 +42,9 @@
 // the size of values, results, arguments and sources, the depth of nested
 // calls (a contract that calls itself is refused at once), scans, the
 // bytes a request reads through get and scan, and the assets one
-// transaction writes.
+// transaction writes. A Starlark contract also stops when its request's
+// context ends (a deadline, a cancel); that failure is not the request's,
+// so no abort is recorded and its nonce stays free.
 //
 // # Storage
 //

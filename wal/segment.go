@@ -9,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 // A segment file is named after the index of its first record,
@@ -262,11 +263,9 @@ const zeroSize = 4 << 20
 const blockSize = 4096
 
 // alignedBlocks returns n zero bytes whose array starts on a block
-// boundary. Go never moves heap objects, so the alignment holds.
+// boundary.
 func alignedBlocks(n int) []byte {
-	b := make([]byte, n+blockSize)
-	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (blockSize - 1))
-	return b[skip : skip+n : skip+n]
+	return vfsutil.Align(make([]byte, n+blockSize), blockSize, n)
 }
 
 // growBlocks returns b, holding the start of a chunk, with room for n more

@@ -5,10 +5,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
 
 // Go's runtime timers wake up to a millisecond late on some Linux machines
@@ -133,8 +134,7 @@ func newZeros(n int) []byte {
 	if err != nil {
 		return alignedBlocks(n)
 	}
-	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(m))) & (huge - 1))
-	b := m[skip : skip+n : skip+n]
+	b := vfsutil.Align(m, huge, n)
 	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
 	// A write fault allocates the page (a huge one if the advice took);
 	// reading alone would map the shared zero page, 4 KiB at a time.

@@ -1,11 +1,13 @@
 // Package vfsutil holds the file-replacement steps the engine and the WAL
-// both need, on a pebble vfs.FS so that tests can crash and fail them, and
-// a wrapper that hooks every fsync (slow-device emulation, fsync gates).
+// both need, on a pebble vfs.FS so that tests can crash and fail them, a
+// wrapper that hooks every fsync (slow-device emulation, fsync gates), and
+// the alignment of buffers for direct I/O.
 package vfsutil
 
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -97,3 +99,12 @@ type hookFile struct {
 
 func (f *hookFile) Sync() error     { f.hook(false); return f.File.Sync() }
 func (f *hookFile) SyncData() error { f.hook(true); return f.File.SyncData() }
+
+// Align returns n bytes of b starting at its first address that is a
+// multiple of align (a power of two), as direct I/O needs of its buffers;
+// b must have align-1 bytes to spare. Go never moves heap objects, so the
+// alignment holds.
+func Align(b []byte, align, n int) []byte {
+	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & uintptr(align-1))
+	return b[skip : skip+n : skip+n]
+}
