@@ -161,32 +161,43 @@ type logWrite struct {
 // appendWrite appends a write of row r (nil for a delete). It reserves
 // the write's bound once (writeBound) and writes by index: growing per
 // field, and a call per short copy, cost more than the bytes. The row is
-// copied as it is stored, encoded.
+// copied as it is stored, encoded. The common shape (a small table id,
+// keys of 8 to 16 bytes, no clustering key, a row of 8 to 16 bytes)
+// takes no call: calls to memmove for the empty clustering key and the
+// row took ycsb-wo's ten writes from 75 to 95 ns (BenchmarkLogEncode).
 func appendWrite(b []byte, tableID uint64, pk, ck string, r *row) []byte {
-	bound := writeBound(pk, ck, r)
+	var enc string
+	if r != nil {
+		enc = r.enc()
+	}
+	bound := len(pk) + len(ck) + len(enc) + writeSlack
 	if cap(b)-len(b) < bound {
 		b = slices.Grow(b, bound)
 	}
 	n := len(b)
 	d := b[n : n+bound]
-	k := 0
-	if tableID < 0x80 && len(pk) < 0x80 {
+	var k int
+	if tableID < 0x80 && len(pk) < 0x80 && len(ck) < 0x80 {
 		d[0], d[1] = byte(tableID), byte(len(pk))
-		k = 2
+		k = 2 + putString(d, 2, pk)
+		d[k] = byte(len(ck))
+		k++
 	} else {
 		k = putUvarint(d, tableID)
 		k += putUvarint(d[k:], uint64(len(pk)))
+		k += putString(d, k, pk)
+		k += putUvarint(d[k:], uint64(len(ck)))
 	}
-	k += putString(d, k, pk)
-	k += putUvarint(d[k:], uint64(len(ck)))
-	k += putString(d, k, ck)
+	if len(ck) > 0 {
+		k += putString(d, k, ck)
+	}
 	if r == nil {
 		d[k] = 1
 		return b[:n+k+1]
 	}
 	d[k] = 0
 	k++
-	k += copy(d[k:], r.enc())
+	k += putString(d, k, enc)
 	return b[:n+k]
 }
 
@@ -270,11 +281,14 @@ func putValue(d []byte, v *storage.Value) int {
 	}
 }
 
-// writeBound bounds a write's encoding: varints of at most 10 bytes for
-// the table id and 5 for each length (a key or row is under 64 MiB), the
-// kind, and the row.
+// writeSlack is what a write's encoding takes beyond its keys and row, at
+// most: varints of at most 10 bytes for the table id and 5 for each length
+// (a key or row is under 64 MiB), and the kind.
+const writeSlack = 32
+
+// writeBound bounds a write's encoding.
 func writeBound(pk, ck string, r *row) int {
-	n := len(pk) + len(ck) + 32
+	n := len(pk) + len(ck) + writeSlack
 	if r != nil {
 		n += int(r.n)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -56,30 +57,38 @@ func TestRowRoundTrip(t *testing.T) {
 }
 
 // TestWriteStringLengths round-trips keys and values of every length
-// around the 8-to-16-byte word copy, checking the bytes land in place and
+// around the 8-to-16-byte word copy, with a clustering key of the same
+// length, none (the common shape, encoded without a call) and one too
+// long for a one-byte length, checking the bytes land in place and
 // nothing beyond the bound is written.
 func TestWriteStringLengths(t *testing.T) {
-	schema := &storage.Table{Namespace: "n", Name: "t", Columns: []storage.Column{
-		{Name: "s", Type: storage.TypeText}, {Name: "x", Type: storage.TypeBlob}},
+	cols := []storage.Column{{Name: "s", Type: storage.TypeText}, {Name: "x", Type: storage.TypeBlob}}
+	clustered := &storage.Table{Namespace: "n", Name: "t", Columns: cols,
 		ClusteringKey: []storage.ClusteringColumn{{Name: "c", Type: storage.TypeBlob}}}
+	unclustered := &storage.Table{Namespace: "n", Name: "u", Columns: cols}
 	src := "0123456789abcdefghijklmnopqrstuvwxyz"
 	for n := range 25 {
-		pk, ck := src[:max(n, 1)], src[len(src)-max(n, 1):] // keys are never empty
+		pk := src[:max(n, 1)] // keys are never empty
 		r := newRow([]storage.Value{storage.Text(src[1 : 1+n]), storage.Blob([]byte(src[2 : 2+n]))})
-		buf := make([]byte, 3, 3+writeBound(pk, ck, r)+8)
-		copy(buf, "pre")
-		b := appendWrite(buf, 7, pk, ck, r)
-		if string(b[:3]) != "pre" || len(b) > 3+writeBound(pk, ck, r) {
-			t.Fatalf("length %d: prefix %q, %d bytes for a bound of %d", n, b[:3], len(b)-3, writeBound(pk, ck, r))
-		}
-		d := decoder{b: b[3:]}
-		tb := newTable(7, schema)
-		w, _, ok := d.write(func(uint64) *table { return tb })
-		if !ok || len(d.b) != 0 {
-			t.Fatalf("length %d: decode ok=%v err=%v, %d bytes left", n, ok, d.err, len(d.b))
-		}
-		if cols := w.row.values(tb); w.pk != pk || w.ck != ck || cols[0].AsText() != src[1:1+n] || string(cols[1].AsBlob()) != src[2:2+n] {
-			t.Fatalf("length %d: decoded pk %q ck %q cols %v", n, w.pk, w.ck, cols)
+		for _, ck := range []string{src[len(src)-max(n, 1):], "", strings.Repeat("c", 200)} {
+			buf := make([]byte, 3, 3+writeBound(pk, ck, r)+8)
+			copy(buf, "pre")
+			b := appendWrite(buf, 7, pk, ck, r)
+			if string(b[:3]) != "pre" || len(b) > 3+writeBound(pk, ck, r) {
+				t.Fatalf("length %d, ck %d: prefix %q, %d bytes for a bound of %d", n, len(ck), b[:3], len(b)-3, writeBound(pk, ck, r))
+			}
+			d := decoder{b: b[3:]}
+			tb := newTable(7, clustered)
+			if ck == "" {
+				tb = newTable(7, unclustered)
+			}
+			w, _, ok := d.write(func(uint64) *table { return tb })
+			if !ok || len(d.b) != 0 {
+				t.Fatalf("length %d, ck %d: decode ok=%v err=%v, %d bytes left", n, len(ck), ok, d.err, len(d.b))
+			}
+			if cols := w.row.values(tb); w.pk != pk || w.ck != ck || cols[0].AsText() != src[1:1+n] || string(cols[1].AsBlob()) != src[2:2+n] {
+				t.Fatalf("length %d, ck %d: decoded pk %q ck %q cols %v", n, len(ck), w.pk, w.ck, cols)
+			}
 		}
 	}
 }
@@ -179,6 +188,30 @@ func TestMergeRowMatchesDecodedMerge(t *testing.T) {
 					t.Fatalf("columns %v, base %v, mask %b: merged %q, want %q", cols, b != nil, mask, got, want)
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkLogEncode encodes ycsb-wo's transaction as worker.log does:
+// ten writes of an 8-byte key (15 bytes encoded) and an 8-byte value
+// into a stage of stageSize.
+func BenchmarkLogEncode(b *testing.B) {
+	tb := &table{id: 3}
+	writes := make([]writeEntry, 10)
+	for i := range writes {
+		k := binary.BigEndian.AppendUint64(nil, uint64(i*7919))
+		writes[i] = writeEntry{wkey: wkey{t: tb, pk: string(appendKeyValue(nil, storage.Blob(k), false))},
+			out: newRow([]storage.Value{storage.Blob(k)})}
+	}
+	stage := make([]byte, 0, stageSize+stageSize/4)
+	for b.Loop() {
+		if len(stage) > stageSize {
+			stage = stage[:0]
+		}
+		stage = binary.LittleEndian.AppendUint64(stage, 1)
+		stage = binary.LittleEndian.AppendUint32(stage, uint32(len(writes)))
+		for i := range writes {
+			stage = appendWrite(stage, writes[i].t.id, writes[i].pk, writes[i].ck, writes[i].out)
 		}
 	}
 }

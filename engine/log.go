@@ -120,6 +120,10 @@ const stageSize = 8 << 10
 // does not matter.
 func (w *worker) log(writes []writeEntry, tid, e uint64) {
 	limit := w.stageLimit()
+	need := 12
+	for i := range writes {
+		need += writeBound(writes[i].pk, writes[i].ck, writes[i].out)
+	}
 	w.logMu.Lock()
 	defer w.logMu.Unlock()
 	if w.stageEp != e {
@@ -132,6 +136,11 @@ func (w *worker) log(writes []writeEntry, tid, e uint64) {
 	}
 	if w.stage == nil {
 		w.stage = make([]byte, 0, limit+limit/4)
+	}
+	if len(w.stage)+need > limit {
+		// Move the stage on first rather than split a transaction that
+		// fits in one: a split copies the write that overflowed aside.
+		w.flushStage()
 	}
 	var hdr, count int
 	start := func() {
