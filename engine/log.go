@@ -117,13 +117,9 @@ const stageSize = 8 << 10
 // to the logger when it reaches LogBufferSize or the epoch changes. A
 // transaction larger than a stage is split over several entries with the
 // same TID; recovery applies all of an epoch or none of it, so the split
-// does not matter.
-func (w *worker) log(writes []writeEntry, tid, e uint64) {
+// does not matter. bound is the sum of the writes' writeBound.
+func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 	limit := w.stageLimit()
-	need := 12
-	for i := range writes {
-		need += writeBound(writes[i].pk, writes[i].ck, writes[i].out)
-	}
 	w.logMu.Lock()
 	defer w.logMu.Unlock()
 	if w.stageEp != e {
@@ -137,7 +133,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64) {
 	if w.stage == nil {
 		w.stage = make([]byte, 0, limit+limit/4)
 	}
-	if len(w.stage)+need > limit {
+	if len(w.stage)+12+bound > limit {
 		// Move the stage on first rather than split a transaction that
 		// fits in one: a split copies the write that overflowed aside.
 		w.flushStage()

@@ -58,9 +58,10 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 // TestLogStageKeepsRecordsWhole logs transactions of every size through a
 // worker's stage and checks what reaches the logger: every record within
 // the sink's limit, every buffer of one epoch, and every transaction's
-// writes in order under its TID, once, whatever entries carried them.
-// Among them is a transaction whose only write is close to the largest a
-// record takes, logged after smaller ones filled part of a buffer.
+// writes in order under its TID, once, whatever entries carried them, and
+// in one entry if it fits in a stage. Among them is a transaction whose
+// only write is close to the largest a record takes, logged after smaller
+// ones filled part of a buffer.
 func TestLogStageKeepsRecordsWhole(t *testing.T) {
 	const maxRecord = 16 << 10
 	tbl := newTable(5, &storage.Table{Namespace: "n", Name: "t",
@@ -76,6 +77,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 		writes []string // pk=value-length
 	}
 	var want []logged
+	fits := map[uint64]bool{} // the transaction's entry fits in a stage
 	rng := rand.New(rand.NewPCG(1, 2))
 	tid := uint64(0)
 	for i := range 400 {
@@ -93,17 +95,20 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 		}
 		tid++
 		l := logged{tid: tid, epoch: e}
-		writes := make([]writeEntry, len(sizes))
+		writes, bound := make([]writeEntry, len(sizes)), 0
 		for j, sz := range sizes {
 			pk := fmt.Sprintf("k%d-%d", i, j)
 			writes[j] = writeEntry{wkey: wkey{t: tbl, pk: pk}, out: newRow([]storage.Value{storage.Blob(make([]byte, sz))})}
-			if n := writeBound(pk, "", writes[j].out); n > maxRecord-64 {
+			n := writeBound(pk, "", writes[j].out)
+			if n > maxRecord-64 {
 				t.Fatalf("test write of %d bytes exceeds what commit lets through", n)
 			}
+			bound += n
 			l.writes = append(l.writes, fmt.Sprintf("%s=%d", pk, sz))
 		}
 		want = append(want, l)
-		w.log(writes, tid, e)
+		fits[tid] = 12+bound <= w.stageLimit()
+		w.log(writes, tid, e, bound)
 	}
 	w.flushStage()
 	if w.buf != nil {
@@ -111,6 +116,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 	}
 
 	var got []logged
+	entries := map[uint64]int{}
 	for _, b := range lg.mu.queue {
 		if len(b.data) > maxRecord {
 			t.Fatalf("a record of %d bytes; the sink takes %d", len(b.data), maxRecord)
@@ -125,6 +131,9 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 			tid, count := d.u64("tid"), d.bytes(4, "count")
 			if d.err != nil {
 				break
+			}
+			if entries[tid]++; entries[tid] > 1 && fits[tid] {
+				t.Fatalf("transaction %d fits in a stage but was split", tid)
 			}
 			if len(got) == 0 || got[len(got)-1].tid != tid {
 				got = append(got, logged{tid: tid, epoch: e})

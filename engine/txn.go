@@ -599,16 +599,19 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	if db.cfg.Log == LogWAL {
 		limit = min(limit, w.lg.maxRecord-64)
 	}
+	bound := 0 // of the transaction's log entry
 	for i := range x.writes {
 		wr := &x.writes[i]
-		if n := writeBound(wr.pk, wr.ck, wr.out); n > limit {
+		n := writeBound(wr.pk, wr.ck, wr.out)
+		if n > limit {
 			unlock()
 			return 0, &storage.Error{Kind: storage.ErrTooLarge, Op: "commit", Namespace: wr.t.schema.Namespace,
 				Table: wr.t.schema.Name, Detail: fmt.Sprintf("a row of %d bytes, the engine takes %d", n, limit)}
 		}
+		bound += n
 	}
 	if db.cfg.Log == LogWAL {
-		w.log(x.writes, tid, e)
+		w.log(x.writes, tid, e, bound)
 	}
 	for i := range x.writes {
 		wr := &x.writes[i]
