@@ -138,6 +138,22 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		// fits in one: a split copies the write that overflowed aside.
 		w.flushStage()
 	}
+	if n := len(w.stage); n+12+bound <= min(limit, cap(w.stage)) {
+		// It fits: encode it in one pass into the room its bound reserves.
+		d := w.stage[n : n+12+bound]
+		binary.LittleEndian.PutUint64(d, tid)
+		binary.LittleEndian.PutUint32(d[8:], uint32(len(writes)))
+		k := 12
+		for i := range writes {
+			wr := &writes[i]
+			k += putWrite(d[k:], wr.t.id, wr.pk, wr.ck, wr.out)
+		}
+		w.stage = w.stage[:n+k]
+		if len(w.stage) >= limit {
+			w.flushStage()
+		}
+		return
+	}
 	var hdr, count int
 	start := func() {
 		hdr, count = len(w.stage), 0
