@@ -51,6 +51,10 @@ const (
 	recMark   byte = 2
 )
 
+// entryHeader is the size of a txn's header in a buffer: its TID and
+// write count.
+const entryHeader = 12
+
 type logBuf struct {
 	epoch uint64
 	data  []byte
@@ -115,9 +119,11 @@ const stageSize = 8 << 10
 // epoch e. Entries are encoded into the worker's stage, which moves into
 // the worker's buffer when it fills or the epoch changes; the buffer goes
 // to the logger when it reaches LogBufferSize or the epoch changes. A
-// transaction larger than a stage is split over several entries with the
-// same TID; recovery applies all of an epoch or none of it, so the split
-// does not matter. bound is the sum of the writes' writeBound.
+// transaction that fits in a stage is encoded in one pass into the room
+// its bound (the sum of its writes' writeBound) reserves, after the stage
+// moves on if it lacks that room. A larger one is split over several
+// entries with the same TID; recovery applies all of an epoch or none of
+// it, so the split does not matter.
 func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 	limit := w.stageLimit()
 	w.logMu.Lock()
@@ -133,17 +139,17 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 	if w.stage == nil {
 		w.stage = make([]byte, 0, limit+limit/4)
 	}
-	if len(w.stage)+12+bound > limit {
+	if len(w.stage)+entryHeader+bound > limit {
 		// Move the stage on first rather than split a transaction that
 		// fits in one: a split copies the write that overflowed aside.
 		w.flushStage()
 	}
-	if n := len(w.stage); n+12+bound <= min(limit, cap(w.stage)) {
+	if n := len(w.stage); n+entryHeader+bound <= min(limit, cap(w.stage)) {
 		// It fits: encode it in one pass into the room its bound reserves.
-		d := w.stage[n : n+12+bound]
+		d := w.stage[n : n+entryHeader+bound]
 		binary.LittleEndian.PutUint64(d, tid)
 		binary.LittleEndian.PutUint32(d[8:], uint32(len(writes)))
-		k := 12
+		k := entryHeader
 		for i := range writes {
 			wr := &writes[i]
 			k += putWrite(d[k:], wr.t.id, wr.pk, wr.ck, wr.out)
@@ -166,7 +172,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		wr := &writes[i]
 		before := len(w.stage)
 		w.stage = appendWrite(w.stage, wr.t.id, wr.pk, wr.ck, wr.out)
-		if len(w.stage) > limit && before > 12 {
+		if len(w.stage) > limit && before > entryHeader {
 			// Move what is staged on and start over with this write.
 			enc := append([]byte(nil), w.stage[before:]...)
 			w.stage = w.stage[:before]

@@ -107,7 +107,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 			l.writes = append(l.writes, fmt.Sprintf("%s=%d", pk, sz))
 		}
 		want = append(want, l)
-		fits[tid] = 12+bound <= w.stageLimit()
+		fits[tid] = entryHeader+bound <= w.stageLimit()
 		w.log(writes, tid, e, bound)
 	}
 	w.flushStage()
