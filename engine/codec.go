@@ -281,14 +281,11 @@ func putValue(d []byte, v *storage.Value) int {
 	}
 }
 
-// writeSlack is what a write's encoding takes beyond its keys and row, at
-// most: varints of at most 10 bytes for the table id and 5 for each length
-// (a key or row is under 64 MiB), and the kind.
-const writeSlack = 32
-
-// writeBound bounds a write's encoding.
+// writeBound bounds a write's encoding: varints of at most 10 bytes for
+// the table id and 5 for each length (a key or row is under 64 MiB), the
+// kind, and the row.
 func writeBound(pk, ck string, r *row) int {
-	n := len(pk) + len(ck) + writeSlack
+	n := len(pk) + len(ck) + 32
 	if r != nil {
 		n += int(r.n)
 	}

@@ -144,8 +144,10 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		// fits in one: a split copies the write that overflowed aside.
 		w.flushStage()
 	}
-	if n := len(w.stage); n+entryHeader+bound <= min(limit, cap(w.stage)) {
-		// It fits: encode it in one pass into the room its bound reserves.
+	if entryHeader+bound <= limit {
+		// It fits: encode it in one pass into the room its bound reserves
+		// (a stage's capacity is at least limit).
+		n := len(w.stage)
 		d := w.stage[n : n+entryHeader+bound]
 		binary.LittleEndian.PutUint64(d, tid)
 		binary.LittleEndian.PutUint32(d[8:], uint32(len(writes)))
@@ -155,11 +157,18 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 			k += putWrite(d[k:], wr.t.id, wr.pk, wr.ck, wr.out)
 		}
 		w.stage = w.stage[:n+k]
-		if len(w.stage) >= limit {
-			w.flushStage()
-		}
-		return
+	} else {
+		w.logSplit(writes, tid, limit)
 	}
+	if len(w.stage) >= limit {
+		w.flushStage()
+	}
+}
+
+// logSplit encodes a transaction larger than a stage in entries of at most
+// limit bytes (one write, if a single write is larger), each moved on as
+// it fills. Called with logMu held.
+func (w *worker) logSplit(writes []writeEntry, tid uint64, limit int) {
 	var hdr, count int
 	start := func() {
 		hdr, count = len(w.stage), 0
@@ -188,9 +197,6 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		count++
 	}
 	finish()
-	if len(w.stage) >= limit {
-		w.flushStage()
-	}
 }
 
 // stageLimit is the size at which the stage moves on: at most stageSize
