@@ -137,7 +137,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		w.stageEp = e
 	}
 	if w.stage == nil {
-		w.stage = make([]byte, 0, limit+limit/4)
+		w.stage = newStage(limit)
 	}
 	if len(w.stage)+entryHeader+bound > limit {
 		// Move the stage on first rather than split a transaction that
@@ -207,6 +207,10 @@ func (w *worker) stageLimit() int {
 	return min(stageSize, w.lg.db.cfg.LogBufferSize, w.lg.maxRecord-64)
 }
 
+// newStage returns an empty stage for a stage limit of limit, with room
+// for an entry that passes it by a write.
+func newStage(limit int) []byte { return make([]byte, 0, limit+limit/4) }
+
 // flushStage moves the staged entries to the worker's buffer, starting a
 // buffer if there is none or the stage would take it past a record, and
 // hands the buffer on once it reaches LogBufferSize. Called with logMu
@@ -224,7 +228,10 @@ func (w *worker) flushStage() {
 	}
 	w.buf.data = append(w.buf.data, w.stage...)
 	if limit := w.stageLimit(); cap(w.stage) > 2*limit {
-		w.stage = nil // a large transaction grew it: do not keep the room
+		// A large transaction grew it: do not keep the room. A stage's
+		// capacity never falls below limit (log's one-pass path relies on
+		// it), even when this runs part way through a split.
+		w.stage = newStage(limit)
 	} else {
 		w.stage = w.stage[:0]
 	}

@@ -61,7 +61,9 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 // writes in order under its TID, once, whatever entries carried them, and
 // in one entry if it fits in a stage. Among them is a transaction whose
 // only write is close to the largest a record takes, logged after smaller
-// ones filled part of a buffer.
+// ones filled part of a buffer, and one whose middle write grows the stage
+// past twice its limit part way through a split (the stage must keep room
+// for the transactions after it).
 func TestLogStageKeepsRecordsWhole(t *testing.T) {
 	const maxRecord = 16 << 10
 	tbl := newTable(5, &storage.Table{Namespace: "n", Name: "t",
@@ -92,6 +94,8 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 			sizes = slices.Repeat([]int{3000}, 7)
 		case 8: // one write near the record limit
 			sizes = []int{maxRecord - 64 - 64}
+		case 9: // a write that grows the stage past twice its limit, part way through a split
+			sizes = []int{100, 13000, 100}
 		}
 		tid++
 		l := logged{tid: tid, epoch: e}
