@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -90,6 +91,132 @@ func TestWriteStringLengths(t *testing.T) {
 				t.Fatalf("length %d, ck %d: decoded pk %q ck %q cols %v", n, len(ck), w.pk, w.ck, cols)
 			}
 		}
+	}
+}
+
+// TestPackedWrites encodes random entries of writes packed against the
+// write before them (tables alternating or not, keys sharing from none to
+// more than maxShared of their first bytes, keys of the word path's
+// lengths and around them, clustering keys, deletes, rows from empty to
+// past a word) and decodes them back; each write stays within its bound,
+// writing nothing past it.
+func TestPackedWrites(t *testing.T) {
+	cols := []storage.Column{{Name: "x", Type: storage.TypeBlob}}
+	tables := map[uint64]*table{
+		3:   newTable(3, &storage.Table{Namespace: "n", Name: "u", Columns: cols}),
+		200: newTable(200, &storage.Table{Namespace: "n", Name: "c", Columns: cols, ClusteringKey: []storage.ClusteringColumn{{Name: "c", Type: storage.TypeBlob}}}),
+	}
+	byID := func(id uint64) *table { return tables[id] }
+	rng := rand.New(rand.NewPCG(3, 4))
+	base := strings.Repeat("\x00\xffab", 12)
+	for range 2000 {
+		ws := make([]writeEntry, 1+rng.IntN(8))
+		for i := range ws {
+			id := uint64(3)
+			if rng.IntN(3) == 0 {
+				id = 200
+			}
+			shared := rng.IntN(len(base))
+			pk := base[:shared] + string(rune('A'+rng.IntN(26))) + strings.Repeat("z", rng.IntN(20))
+			if rng.IntN(4) == 0 {
+				pk = pk[:1+rng.IntN(len(pk))]
+			}
+			ws[i] = writeEntry{wkey: wkey{t: tables[id], pk: pk}}
+			if id == 200 {
+				ws[i].ck = strings.Repeat("c", 1+rng.IntN(200))
+			}
+			if rng.IntN(5) > 0 {
+				ws[i].out = newRow([]storage.Value{storage.Blob(bytes.Repeat([]byte{byte(i)}, rng.IntN(30)))})
+			}
+		}
+		var buf []byte
+		for i := range ws {
+			var prev *writeEntry
+			if i > 0 {
+				prev = &ws[i-1]
+			}
+			// Sentinels after the bound catch a write past it.
+			bound := writeBound(ws[i].pk, ws[i].ck, ws[i].out)
+			room := slices.Grow(buf, bound+8)[:len(buf)+bound+8]
+			for j := len(buf) + bound; j < len(room); j++ {
+				room[j] = 0xEE
+			}
+			n := len(buf)
+			buf = appendPackedWrite(room[:n], &ws[i], prev)
+			if len(buf)-n > bound || !bytes.Equal(room[n+bound:n+bound+8], bytes.Repeat([]byte{0xEE}, 8)) {
+				t.Fatalf("write %d: %d bytes for a bound of %d, or past it", i, len(buf)-n, bound)
+			}
+		}
+		d := decoder{b: buf}
+		var prev *logWrite
+		for i := range ws {
+			w, tb, ok := d.packedWrite(prev, byID)
+			if !ok {
+				t.Fatalf("write %d of %d: %v", i, len(ws), d.err)
+			}
+			prev = &w
+			want := &ws[i]
+			if tb != want.t || w.table != want.t.id || w.pk != want.pk || w.ck != want.ck || w.del != (want.out == nil) ||
+				(want.out != nil && w.row.enc() != want.out.enc()) {
+				t.Fatalf("write %d: decoded table %d pk %q ck %q del %v, want table %d pk %q ck %q del %v",
+					i, w.table, w.pk, w.ck, w.del, want.t.id, want.pk, want.ck, want.out == nil)
+			}
+		}
+		if len(d.b) != 0 {
+			t.Fatalf("%d bytes left", len(d.b))
+		}
+	}
+}
+
+// TestSharedPrefix checks the word-wise compare against a byte loop, for
+// strings differing at every position up to past maxShared.
+func TestSharedPrefix(t *testing.T) {
+	a := strings.Repeat("0123456789", 5)
+	for la := range len(a) + 1 {
+		for diff := 0; diff <= la; diff++ {
+			b := []byte(a[:la])
+			if diff < la {
+				b[diff] ^= 0x40
+			}
+			for _, lb := range []int{la, diff, min(la, diff+1), la / 2} {
+				want := 0
+				for want < min(la, lb, maxShared) && a[want] == b[want] {
+					want++
+				}
+				if got := sharedPrefix(a[:la], string(b[:lb])); got != want {
+					t.Fatalf("sharedPrefix(%d bytes, %d bytes differing at %d) = %d, want %d", la, lb, diff, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestPackedWriteRefusals: packed writes that refer to a write that is not
+// there, or flag a clustering key and give none, are malformed.
+func TestPackedWriteRefusals(t *testing.T) {
+	tb := newTable(3, &storage.Table{Namespace: "n", Name: "u", Columns: []storage.Column{{Name: "x", Type: storage.TypeBlob}}})
+	byID := func(uint64) *table { return tb }
+	prev := &logWrite{table: 3, pk: "abc"}
+	for _, c := range []struct {
+		name string
+		prev *logWrite
+		b    []byte
+	}{
+		{"first write shares a key", nil, []byte{1 << packedShift, 3, 1, 'x', packedDelete}},
+		{"first write shares a table", nil, []byte{packedSameTable | packedDelete, 1, 'x'}},
+		{"shares more than the key before", prev, []byte{4<<packedShift | packedSameTable | packedDelete, 0}},
+		{"empty clustering key flagged", prev, []byte{packedHasCK | packedSameTable | packedDelete, 1, 'x', 0}},
+		{"truncated key", prev, []byte{packedSameTable | packedDelete, 5, 'x'}},
+	} {
+		d := decoder{b: c.b}
+		if _, _, ok := d.packedWrite(c.prev, byID); ok || !errors.Is(d.err, errMalformed) {
+			t.Errorf("%s: ok=%v err=%v", c.name, ok, d.err)
+		}
+	}
+	// The same bytes, well-formed, decode.
+	d := decoder{b: []byte{3<<packedShift | packedSameTable | packedDelete, 1, 'x'}}
+	if w, _, ok := d.packedWrite(prev, byID); !ok || w.pk != "abcx" || !w.del {
+		t.Fatalf("well-formed: %+v ok=%v err=%v", w, ok, d.err)
 	}
 }
 

@@ -32,45 +32,97 @@ func fuzzDB(t testing.TB) *DB {
 	return db
 }
 
-// validBuffer is a well-formed log buffer of epoch 3 with writes to both
-// tables, the seed of the fuzzers.
-func validBuffer(db *DB) []byte {
+// validWrites are writes to both tables of fuzzDB: two to table a whose
+// encoded keys share their first bytes, one to table b with a clustering
+// key, and a delete.
+func validWrites(db *DB) []writeEntry {
 	a, _ := db.cat.lookup("", "f", "a")
 	b, _ := db.cat.lookup("", "f", "b")
+	return []writeEntry{
+		{wkey: wkey{t: a, pk: a.encodePartition(storage.Values{"k": storage.BigInt(-7)})},
+			out: newRow([]storage.Value{storage.Text("héllo"), storage.Double(1.5)})},
+		{wkey: wkey{t: a, pk: a.encodePartition(storage.Values{"k": storage.BigInt(-9)})},
+			out: newRow([]storage.Value{storage.Text("x"), storage.NullOf(storage.TypeDouble)})},
+		{wkey: wkey{t: b, pk: b.encodePartition(storage.Values{"p": storage.Text("p\x01")}),
+			ck: b.encodeClustering(storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)})},
+			out: newRow([]storage.Value{storage.NullOf(storage.TypeBlob)})},
+		{wkey: wkey{t: a, pk: a.encodePartition(storage.Values{"k": storage.BigInt(9)})}},
+	}
+}
+
+// validBuffer is a well-formed log buffer of epoch 3 holding validWrites
+// in one entry, packed as the engine logs them: the seed of the fuzzers.
+func validBuffer(db *DB) []byte {
+	ws := validWrites(db)
 	buf := binary.AppendUvarint([]byte{recBuffer}, 3)
 	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
-	buf = binary.LittleEndian.AppendUint32(buf, 3)
-	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(-7)}), "",
-		newRow([]storage.Value{storage.Text("héllo"), storage.Double(1.5)}))
-	buf = appendWrite(buf, b.id, b.encodePartition(storage.Values{"p": storage.Text("p\x01")}),
-		b.encodeClustering(storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)}),
-		newRow([]storage.Value{storage.NullOf(storage.TypeBlob)}))
-	buf = appendWrite(buf, a.id, a.encodePartition(storage.Values{"k": storage.BigInt(9)}), "", nil)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(ws)))
+	for i := range ws {
+		var prev *writeEntry
+		if i > 0 {
+			prev = &ws[i-1]
+		}
+		buf = appendPackedWrite(buf, &ws[i], prev)
+	}
 	return buf
 }
 
-func TestValidBufferApplies(t *testing.T) {
-	db := fuzzDB(t)
-	if err := db.applyBuffer(validBuffer(db)); err != nil {
-		t.Fatal(err)
+// plainBuffer is the same buffer as logs written before writes were
+// packed hold it.
+func plainBuffer(db *DB) []byte {
+	ws := validWrites(db)
+	buf := binary.AppendUvarint([]byte{recPlainBuffer}, 3)
+	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(ws)))
+	for i := range ws {
+		buf = appendWrite(buf, ws[i].t.id, ws[i].pk, ws[i].ck, ws[i].out)
 	}
-	row, ok, err := db.Get(t.Context(), &storage.Get{Namespace: "f", Table: "b", Partition: storage.Values{"p": storage.Text("p\x01")},
-		Clustering: storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)}})
-	if err != nil || !ok || !row["x"].IsNull() {
-		t.Fatalf("got %v %v %v", row, ok, err)
+	return buf
+}
+
+// TestValidBufferApplies applies both layouts of the same buffer and
+// reads back every write.
+func TestValidBufferApplies(t *testing.T) {
+	for name, enc := range map[string]func(*DB) []byte{"packed": validBuffer, "plain": plainBuffer} {
+		db := fuzzDB(t)
+		if err := db.applyBuffer(enc(db)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		get := func(tb string, part, cl storage.Values) (storage.Row, bool) {
+			row, ok, err := db.Get(t.Context(), &storage.Get{Namespace: "f", Table: tb, Partition: part, Clustering: cl})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return row, ok
+		}
+		if row, ok := get("b", storage.Values{"p": storage.Text("p\x01")},
+			storage.Values{"c": storage.Blob([]byte{0, 1, 0xFF}), "e": storage.Bool(true)}); !ok || !row["x"].IsNull() {
+			t.Fatalf("%s: table b holds %v %v", name, row, ok)
+		}
+		if row, ok := get("a", storage.Values{"k": storage.BigInt(-7)}, nil); !ok || row["v"].AsText() != "héllo" || row["d"].AsDouble() != 1.5 {
+			t.Fatalf("%s: key -7 holds %v %v", name, row, ok)
+		}
+		if row, ok := get("a", storage.Values{"k": storage.BigInt(-9)}, nil); !ok || row["v"].AsText() != "x" || !row["d"].IsNull() {
+			t.Fatalf("%s: key -9 holds %v %v", name, row, ok)
+		}
+		if _, ok := get("a", storage.Values{"k": storage.BigInt(9)}, nil); ok {
+			t.Fatalf("%s: deleted key 9 is present", name)
+		}
 	}
 }
 
 // FuzzApplyBuffer feeds arbitrary bytes to the log-record decoder used by
-// recovery: it must return an error or apply, never panic.
+// recovery, in both layouts: it must return an error or apply, never
+// panic.
 func FuzzApplyBuffer(f *testing.F) {
 	db := fuzzDB(f)
 	f.Add(validBuffer(db))
+	f.Add(plainBuffer(db))
 	f.Add([]byte{recMark, 5})
 	f.Add([]byte{recBuffer})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		kind, _, err := recordHeader(b)
-		if err != nil || kind != recBuffer {
+		if err != nil || kind == recMark {
 			return
 		}
 		_ = db.applyBuffer(b)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,13 +43,17 @@ type LogSink interface {
 
 // Log record payloads, one per handed-off buffer or durable mark:
 //
-//	buffer = 1 uvarint(epoch) txn*
-//	txn    = tid(8 bytes LE) n(4 bytes LE) write*n  (write: see codec.go)
+//	buffer = 3 uvarint(epoch) txn*
+//	txn    = tid(8 bytes LE) n(4 bytes LE) pwrite*n  (pwrite: see codec.go)
 //	mark   = 2 uvarint(X)    "every record of this logger of an epoch ≤ X
 //	                          is in the log before this mark"
+//
+// Logs written before writes were packed hold buffers of kind 1, whose
+// writes are plain (write in codec.go); recovery still reads them.
 const (
-	recBuffer byte = 1
-	recMark   byte = 2
+	recPlainBuffer byte = 1
+	recMark        byte = 2
+	recBuffer      byte = 3
 )
 
 // entryHeader is the size of a txn's header in a buffer: its TID and
@@ -151,10 +156,11 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 		d := w.stage[n : n+entryHeader+bound]
 		binary.LittleEndian.PutUint64(d, tid)
 		binary.LittleEndian.PutUint32(d[8:], uint32(len(writes)))
-		k := entryHeader
+		k, prevTable, prevPK := entryHeader, noTable, ""
 		for i := range writes {
 			wr := &writes[i]
-			k += putWrite(d[k:], wr.t.id, wr.pk, wr.ck, wr.out)
+			k += putPackedWrite(d[k:], wr.t.id, wr.pk, wr.ck, wr.out, prevTable, prevPK)
+			prevTable, prevPK = wr.t.id, wr.pk
 		}
 		w.stage = w.stage[:n+k]
 	} else {
@@ -170,6 +176,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 // it fills. Called with logMu held.
 func (w *worker) logSplit(writes []writeEntry, tid uint64, limit int) {
 	var hdr, count int
+	var prev *writeEntry // the entry's last write
 	start := func() {
 		hdr, count = len(w.stage), 0
 		w.stage = binary.LittleEndian.AppendUint64(w.stage, tid)
@@ -180,10 +187,10 @@ func (w *worker) logSplit(writes []writeEntry, tid uint64, limit int) {
 	for i := range writes {
 		wr := &writes[i]
 		before := len(w.stage)
-		w.stage = appendWrite(w.stage, wr.t.id, wr.pk, wr.ck, wr.out)
+		w.stage = appendPackedWrite(w.stage, wr, prev)
 		if len(w.stage) > limit && before > entryHeader {
-			// Move what is staged on and start over with this write.
-			enc := append([]byte(nil), w.stage[before:]...)
+			// Move what is staged on and start over with this write,
+			// encoded again as the first of a new entry.
 			w.stage = w.stage[:before]
 			if count > 0 {
 				finish()
@@ -192,11 +199,27 @@ func (w *worker) logSplit(writes []writeEntry, tid uint64, limit int) {
 			}
 			w.flushStage()
 			start()
-			w.stage = append(w.stage, enc...)
+			w.stage = appendPackedWrite(w.stage, wr, nil)
 		}
+		prev = wr
 		count++
 	}
 	finish()
+}
+
+// appendPackedWrite appends wr packed after prev (nil for an entry's first
+// write).
+func appendPackedWrite(b []byte, wr, prev *writeEntry) []byte {
+	bound := writeBound(wr.pk, wr.ck, wr.out)
+	if cap(b)-len(b) < bound {
+		b = slices.Grow(b, bound)
+	}
+	prevTable, prevPK := noTable, ""
+	if prev != nil {
+		prevTable, prevPK = prev.t.id, prev.pk
+	}
+	n := len(b)
+	return b[:n+putPackedWrite(b[n:n+bound], wr.t.id, wr.pk, wr.ck, wr.out, prevTable, prevPK)]
 }
 
 // stageLimit is the size at which the stage moves on: at most stageSize

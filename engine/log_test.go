@@ -55,6 +55,28 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 	}
 }
 
+// TestLogPacksKeys logs ten writes whose keys share their first 11 bytes
+// through a worker's stage: after the first, each write carries one byte
+// of its key and no table id.
+func TestLogPacksKeys(t *testing.T) {
+	tb := &table{id: 3}
+	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}}, maxRecord: 1 << 20}
+	w := &worker{}
+	w.lg = lg
+	writes, bound := make([]writeEntry, 10), 0
+	for i := range writes {
+		writes[i] = writeEntry{wkey: wkey{t: tb, pk: fmt.Sprintf("account-%04d", i)},
+			out: newRow([]storage.Value{storage.Blob([]byte("8 bytes."))})}
+		bound += writeBound(writes[i].pk, "", writes[i].out)
+	}
+	w.log(writes, 1, 1, bound)
+	// The entry's header; the first write: head, table, key length, key,
+	// row (count, type, length, value); then head, length, key byte, row.
+	if want := entryHeader + (3 + 12 + 11) + 9*(3+11); len(w.stage) != want {
+		t.Fatalf("the entry takes %d bytes, want %d", len(w.stage), want)
+	}
+}
+
 // TestLogStageKeepsRecordsWhole logs transactions of every size through a
 // worker's stage and checks what reaches the logger: every record within
 // the sink's limit, every buffer of one epoch, and every transaction's
@@ -144,8 +166,10 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 			} else if got[len(got)-1].epoch != e {
 				t.Fatalf("transaction %d split across epochs %d and %d", tid, got[len(got)-1].epoch, e)
 			}
+			var prev *logWrite
 			for range binary.LittleEndian.Uint32(count) {
-				wr, _, ok := d.write(func(uint64) *table { return tbl })
+				wr, _, ok := d.packedWrite(prev, func(uint64) *table { return tbl })
+				prev = &wr
 				if !ok {
 					t.Fatalf("transaction %d: undecodable write: %v", tid, d.err)
 				}

@@ -151,7 +151,7 @@ func recordHeader(rec []byte) (byte, uint64, error) {
 		return 0, 0, malformed("bad epoch")
 	}
 	switch rec[0] {
-	case recBuffer:
+	case recBuffer, recPlainBuffer:
 		if e == 0 || e > MaxEpoch {
 			return 0, 0, malformed("buffer of epoch %d", e)
 		}
@@ -250,8 +250,19 @@ func (db *DB) applyBuffer(rec []byte) error {
 		if n == 0 || n > uint64(len(d.b)) {
 			return malformed("transaction of %d writes in %d bytes", n, len(d.b))
 		}
-		for range n {
-			w, t, ok := d.write(db.cat.byID)
+		var prev logWrite
+		for i := range n {
+			var w logWrite
+			var t *table
+			var ok bool
+			switch {
+			case rec[0] == recPlainBuffer:
+				w, t, ok = d.write(db.cat.byID)
+			case i == 0:
+				w, t, ok = d.packedWrite(nil, db.cat.byID)
+			default:
+				w, t, ok = d.packedWrite(&prev, db.cat.byID)
+			}
 			if d.err != nil {
 				return d.err
 			}
@@ -260,6 +271,7 @@ func (db *DB) applyBuffer(rec []byte) error {
 					return err
 				}
 			}
+			prev = w
 		}
 	}
 	return d.err
