@@ -438,9 +438,10 @@ func putValue(d []byte, v *storage.Value) int {
 	}
 }
 
-// writeBound bounds a write's encoding: varints of at most 10 bytes for
-// the table id and 5 for each length (a key or row is under 64 MiB), the
-// kind, and the row.
+// writeBound bounds a write's encoding, plain or packed: varints of at
+// most 10 bytes for the table id and 5 for each length (a key or row is
+// under 64 MiB), the kind or head, the row, and the word a packed key's
+// short tail is stored with (putTail).
 func writeBound(pk, ck string, r *row) int {
 	n := len(pk) + len(ck) + 32
 	if r != nil {
