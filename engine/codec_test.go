@@ -323,17 +323,11 @@ func TestMergeRowMatchesDecodedMerge(t *testing.T) {
 // (worker.log): ten writes of an 8-byte key (15 bytes encoded) and an
 // 8-byte value. The buffers handed to the logger are dropped.
 func BenchmarkLogEncode(b *testing.B) {
-	tb := &table{id: 3}
-	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}}, maxRecord: 1 << 20}
-	w := &worker{}
-	w.lg = lg
-	writes, bound := make([]writeEntry, 10), 0
-	for i := range writes {
+	w, writes, bound := stageWorker(func(i int) (string, []byte) {
 		k := binary.BigEndian.AppendUint64(nil, uint64(i*7919))
-		writes[i] = writeEntry{wkey: wkey{t: tb, pk: string(appendKeyValue(nil, storage.Blob(k), false))},
-			out: newRow([]storage.Value{storage.Blob(k)})}
-		bound += writeBound(writes[i].pk, "", writes[i].out)
-	}
+		return string(appendKeyValue(nil, storage.Blob(k), false)), k
+	})
+	lg := w.lg
 	tid := uint64(0)
 	for b.Loop() {
 		tid++

@@ -54,28 +54,32 @@ func validWrites(db *DB) []writeEntry {
 // in one entry, packed as the engine logs them: the seed of the fuzzers.
 func validBuffer(db *DB) []byte {
 	ws := validWrites(db)
-	buf := binary.AppendUvarint([]byte{recBuffer}, 3)
-	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(ws)))
-	for i := range ws {
+	return oneEntryBuffer(recBuffer, len(ws), func(buf []byte, i int) []byte {
 		var prev *writeEntry
 		if i > 0 {
 			prev = &ws[i-1]
 		}
-		buf = appendPackedWrite(buf, &ws[i], prev)
-	}
-	return buf
+		return appendPackedWrite(buf, &ws[i], prev)
+	})
 }
 
 // plainBuffer is the same buffer as logs written before writes were
 // packed hold it.
 func plainBuffer(db *DB) []byte {
 	ws := validWrites(db)
-	buf := binary.AppendUvarint([]byte{recPlainBuffer}, 3)
+	return oneEntryBuffer(recPlainBuffer, len(ws), func(buf []byte, i int) []byte {
+		return appendWrite(buf, ws[i].t.id, ws[i].pk, ws[i].ck, ws[i].out)
+	})
+}
+
+// oneEntryBuffer is a buffer record of kind and epoch 3 holding one entry
+// of n writes, each appended by add.
+func oneEntryBuffer(kind byte, n int, add func(buf []byte, i int) []byte) []byte {
+	buf := binary.AppendUvarint([]byte{kind}, 3)
 	buf = binary.LittleEndian.AppendUint64(buf, makeTID(3, 1))
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(ws)))
-	for i := range ws {
-		buf = appendWrite(buf, ws[i].t.id, ws[i].pk, ws[i].ck, ws[i].out)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(n))
+	for i := range n {
+		buf = add(buf, i)
 	}
 	return buf
 }

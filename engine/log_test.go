@@ -55,20 +55,27 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 	}
 }
 
+// stageWorker is a worker whose logger, with no engine behind it, takes
+// buffers of 512 KiB, and ten writes to one table of the keys and values
+// kv gives, with the sum of their bounds.
+func stageWorker(kv func(i int) (pk string, value []byte)) (*worker, []writeEntry, int) {
+	tb := &table{id: 3}
+	w := &worker{}
+	w.lg = &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}}, maxRecord: 1 << 20}
+	writes, bound := make([]writeEntry, 10), 0
+	for i := range writes {
+		pk, v := kv(i)
+		writes[i] = writeEntry{wkey: wkey{t: tb, pk: pk}, out: newRow([]storage.Value{storage.Blob(v)})}
+		bound += writeBound(pk, "", writes[i].out)
+	}
+	return w, writes, bound
+}
+
 // TestLogPacksKeys logs ten writes whose keys share their first 11 bytes
 // through a worker's stage: after the first, each write carries one byte
 // of its key and no table id.
 func TestLogPacksKeys(t *testing.T) {
-	tb := &table{id: 3}
-	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}}, maxRecord: 1 << 20}
-	w := &worker{}
-	w.lg = lg
-	writes, bound := make([]writeEntry, 10), 0
-	for i := range writes {
-		writes[i] = writeEntry{wkey: wkey{t: tb, pk: fmt.Sprintf("account-%04d", i)},
-			out: newRow([]storage.Value{storage.Blob([]byte("8 bytes."))})}
-		bound += writeBound(writes[i].pk, "", writes[i].out)
-	}
+	w, writes, bound := stageWorker(func(i int) (string, []byte) { return fmt.Sprintf("account-%04d", i), []byte("8 bytes.") })
 	w.log(writes, 1, 1, bound)
 	// The entry's header; the first write: head, table, key length, key,
 	// row (count, type, length, value); then head, length, key byte, row.
