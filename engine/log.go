@@ -128,11 +128,10 @@ const stageSize = 8 << 10
 // its bound (the sum of its writes' writeBound) reserves, after the stage
 // moves on if it lacks that room. A larger one is split over several
 // entries with the same TID; recovery applies all of an epoch or none of
-// it, so the split does not matter.
+// it, so the split does not matter. The worker calls it while it commits
+// (enter), which makes the log state its own.
 func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 	limit := w.stageLimit()
-	w.logMu.Lock()
-	defer w.logMu.Unlock()
 	if w.stageEp != e {
 		w.flushStage()
 		if w.buf != nil {
@@ -140,6 +139,11 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 			w.buf = nil
 		}
 		w.stageEp = e
+	}
+	if w.heldEp.Load() != e {
+		// After the older entries went to the queue, before this one is
+		// staged (see logger.collect).
+		w.heldEp.Store(e)
 	}
 	if w.stage == nil {
 		w.stage = newStage(limit)
@@ -173,7 +177,7 @@ func (w *worker) log(writes []writeEntry, tid, e uint64, bound int) {
 
 // logSplit encodes a transaction larger than a stage in entries of at most
 // limit bytes (one write, if a single write is larger), each moved on as
-// it fills. Called with logMu held.
+// it fills. Called by the log state's owner.
 func (w *worker) logSplit(writes []writeEntry, tid uint64, limit int) {
 	var hdr, count int
 	var prev *writeEntry // the entry's last write
@@ -236,8 +240,8 @@ func newStage(limit int) []byte { return make([]byte, 0, limit+limit/4) }
 
 // flushStage moves the staged entries to the worker's buffer, starting a
 // buffer if there is none or the stage would take it past a record, and
-// hands the buffer on once it reaches LogBufferSize. Called with logMu
-// held.
+// hands the buffer on once it reaches LogBufferSize. Called by the log
+// state's owner (see workerState).
 func (w *worker) flushStage() {
 	if len(w.stage) == 0 {
 		return
@@ -526,21 +530,12 @@ func (lg *logger) round(all bool) bool {
 	// Marks never go back: recovery takes the last one as durable.
 	x := max(low-1, lg.durable.Load())
 	// Walk the workers before taking the queue: a buffer of an epoch
-	// before eNow is then either still in its worker, or was handed off
-	// (under the worker's lock) before the walk reached it and so is in
-	// the queue taken after.
+	// before eNow is then either collected from its worker, or was handed
+	// off before the walk passed the worker and so is in the queue taken
+	// after.
 	var bufs []*logBuf
 	for _, w := range lg.workers {
-		w.logMu.Lock()
-		if w.stageEp < eNow {
-			w.flushStage()
-		}
-		if b := w.buf; b != nil && b.epoch < eNow {
-			bufs = append(bufs, b)
-			lg.pending.Add(int64(len(b.data)))
-			w.buf = nil
-		}
-		w.logMu.Unlock()
+		bufs = lg.collect(w, eNow, bufs)
 	}
 	lg.mu.Lock()
 	bufs = append(bufs, lg.mu.queue...)
@@ -578,6 +573,39 @@ func (lg *logger) round(all bool) bool {
 	lg.putFree(bufs)
 	lg.release(size)
 	return true
+}
+
+// collect appends w's buffers of epochs before eNow to bufs, its staged
+// entries of such an epoch moved into a buffer first. It claims the
+// worker's log state between two of its commits (active from 0 to
+// logClaimed, which enter waits out). While the worker commits, it waits
+// only if the worker holds entries of an epoch before eNow (heldEp); the
+// commit then either hands them off itself, if it logs, or leaves them
+// for the claim once it ends. heldEp is raised only after the older
+// entries are in the queue, so a worker passed over for a heldEp of eNow
+// or more has them there. The wait is a commit's length at most: a
+// commit never waits on its logger (a throttled committer waits after
+// its commit).
+func (lg *logger) collect(w *worker, eNow uint64, bufs []*logBuf) []*logBuf {
+	for spins := 0; !w.active.CompareAndSwap(0, logClaimed); spins++ {
+		if h := w.heldEp.Load(); h == 0 || h >= eNow {
+			return bufs
+		}
+		backoff(spins)
+	}
+	if w.stageEp < eNow {
+		w.flushStage()
+	}
+	if b := w.buf; b != nil && b.epoch < eNow {
+		bufs = append(bufs, b)
+		lg.pending.Add(int64(len(b.data)))
+		w.buf = nil
+	}
+	if len(w.stage) == 0 && w.buf == nil {
+		w.heldEp.Store(0)
+	}
+	w.active.Store(0)
+	return bufs
 }
 
 const maxSpans = 4096

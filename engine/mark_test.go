@@ -74,3 +74,93 @@ func TestMarkNeverGoesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundWaitsForACommit: a logger's round takes no lock on a worker
+// (logger.collect). While a commit runs on a worker that still holds
+// entries of a closed epoch, the round must wait rather than mark that
+// epoch without them; once the commit ends, it claims the worker and
+// writes them. And a commit must not start on a worker whose log state its
+// logger has claimed.
+func TestRoundWaitsForACommit(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewCrashableMem()
+	cfg := Config{Dir: "/db", FS: mem, Workers: 1, EpochInterval: time.Minute, CheckpointInterval: -1}
+	db, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createKV(t, db, "m", storage.TypeBigInt)
+	time.Sleep(50 * time.Millisecond) // let the logger finish its rounds; nothing wakes it again
+	h, err := db.Table("m", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(k int64) error {
+		x := db.BeginRaw()
+		x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{storage.BigInt(k)})
+		_, err := x.CommitAsync(ctx)
+		return err
+	}
+	w := db.workers[0]
+
+	// The logger claims the worker: a commit waits until it lets go.
+	w.active.Store(logClaimed)
+	entered := make(chan error, 1)
+	go func() { entered <- write(1) }()
+	select {
+	case err := <-entered:
+		t.Fatalf("a commit ran on a worker its logger had claimed (%v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.active.Store(0)
+	if err := <-entered; err != nil {
+		t.Fatal(err)
+	}
+	e1 := db.epoch.Load()
+	if got := w.heldEp.Load(); got != e1 {
+		t.Fatalf("the worker holds entries of epoch %d, want %d", got, e1)
+	}
+
+	// A commit enters the next epoch on the worker, and the epoch moves
+	// on again: a round may mark e1 only with the worker's entries.
+	if !db.tryAdvance() {
+		t.Fatal("the epoch did not advance")
+	}
+	w.active.Store(db.epoch.Load())
+	if !db.tryAdvance() {
+		t.Fatal("the epoch did not advance")
+	}
+	done := make(chan bool, 1)
+	go func() { done <- db.loggers[0].round(true) }()
+	select {
+	case <-done:
+		t.Fatal("a round ended while a committing worker held entries of a closed epoch")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if d := db.DurableEpoch(); d >= e1 {
+		t.Fatalf("durable epoch %d while the entries of epoch %d are in a committing worker", d, e1)
+	}
+	w.active.Store(0) // the commit ends without logging, as an abort does
+	if !<-done {
+		t.Fatal("the round wrote nothing")
+	}
+	if d := db.DurableEpoch(); d < e1 {
+		t.Fatalf("durable epoch %d after the round, want at least %d", d, e1)
+	}
+	if got := w.heldEp.Load(); got != 0 {
+		t.Fatalf("the worker still shows entries of epoch %d after the round took them", got)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.FS = crashed
+	db, err = Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, ok, err := db.Get(ctx, &storage.Get{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}}); err != nil || !ok {
+		t.Fatalf("a write of a durable epoch was lost at recovery (%v)", err)
+	}
+}
