@@ -201,7 +201,7 @@ func zeroFill(fs vfs.FS, path string, size int64, direct bool) error {
 		return err
 	}
 	if direct {
-		setDirect(f)
+		vfsutil.SetDirect(f, true)
 	}
 	return zeroSyncClose(f, size, f.Sync)
 }
@@ -215,7 +215,7 @@ func overwriteZeros(fs vfs.FS, path string, size int64, direct bool) error {
 		return err
 	}
 	if direct {
-		setDirect(f)
+		vfsutil.SetDirect(f, true)
 	}
 	return zeroSyncClose(f, size, f.SyncData)
 }
@@ -265,7 +265,7 @@ const blockSize = 4096
 // alignedBlocks returns n zero bytes whose array starts on a block
 // boundary.
 func alignedBlocks(n int) []byte {
-	return vfsutil.Align(make([]byte, n+blockSize), blockSize, n)
+	return vfsutil.Aligned(n, blockSize)
 }
 
 // growBlocks returns b, holding the start of a chunk, with room for n more

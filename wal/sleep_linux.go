@@ -109,20 +109,6 @@ func dropCache(f vfs.File) {
 	}
 }
 
-// setDirect switches f to direct I/O (O_DIRECT): its writes go from the
-// caller's memory to the device, bypassing the page cache. A file without
-// a descriptor (an in-memory filesystem), or on a filesystem that refuses
-// the flag, stays buffered; the log's block-aligned writes suit both.
-func setDirect(f vfs.File) {
-	fd := f.Fd()
-	if fd == vfs.InvalidFd {
-		return
-	}
-	if flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
-		_, _ = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
-	}
-}
-
 // newZeros returns n zero bytes (n a multiple of 2 MiB) mapped outside the
 // Go heap in 2 MiB-aligned memory advised to use transparent huge pages,
 // then made read-only: a write to it faults instead of corrupting every

@@ -16,7 +16,8 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"golang.org/x/sys/unix"
+
+	"github.com/kiroku-db/kiroku/internal/testenv"
 )
 
 // waitArmed waits until the sleeper is in (or entering) a sleep, and
@@ -102,39 +103,10 @@ func TestCountThresholdEndsThePreciseSleep(t *testing.T) {
 	t.Fatal("in 20 tries the second append never ended the syncer's sleep: the round waited for MaxWait")
 }
 
-// resident counts the pages of the file at path that are in the page
-// cache.
-func resident(t *testing.T, path string) int {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatal(errno)
-	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
-	}
-	return n
-}
-
 // With buffered I/O, a segment the syncer has left, synced, has its pages
 // dropped from the page cache; the active one keeps its pages.
 func TestSealedSegmentsLeaveCache(t *testing.T) {
-	dir := diskDir(t)
+	dir := testenv.DiskDir(t)
 	cfg := testConfig(vfs.Default, BatchPolicy())
 	cfg.Dir, cfg.SegmentSize, cfg.BufferedIO = dir, 256<<10, true
 	l := mustOpen(t, cfg)
@@ -151,44 +123,18 @@ func TestSealedSegmentsLeaveCache(t *testing.T) {
 	}
 	sort.Strings(names)
 	active := names[len(names)-1]
-	if n := resident(t, active); n == 0 {
+	if n := testenv.Resident(t, active); n == 0 {
 		t.Fatalf("the active segment has no page cached: the check cannot see pages")
 	}
 	for _, name := range names[:len(names)-1] {
 		deadline := time.Now().Add(10 * time.Second)
-		for resident(t, name) > 0 {
+		for testenv.Resident(t, name) > 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("sealed segment %s still has %d pages cached", filepath.Base(name), resident(t, name))
+				t.Fatalf("sealed segment %s still has %d pages cached", filepath.Base(name), testenv.Resident(t, name))
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-}
-
-// diskDir returns a temporary directory whose pages the kernel can drop:
-// t.TempDir, or, when that is on tmpfs, one beside the test's sources.
-func diskDir(t *testing.T) string {
-	t.Helper()
-	onTmpfs := func(dir string) bool {
-		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Type == unix.TMPFS_MAGIC
-	}
-	dir := t.TempDir()
-	if !onTmpfs(dir) {
-		return dir
-	}
-	dir, err := os.MkdirTemp(".", "disk-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if onTmpfs(dir) {
-		t.Skipf("no directory off tmpfs to test in (tmpfs pages cannot be dropped)")
-	}
-	return dir
 }
 
 // By default segments are written with direct I/O: neither the zero-fill
@@ -196,7 +142,7 @@ func diskDir(t *testing.T) string {
 // append of a few bytes rewrites its block's start) reads back whole,
 // across segments and a reopen.
 func TestDirectIOBypassesCache(t *testing.T) {
-	dir := diskDir(t)
+	dir := testenv.DiskDir(t)
 	cfg := testConfig(vfs.Default, BatchPolicy())
 	cfg.Dir, cfg.SegmentSize = dir, 64<<10
 	l := mustOpen(t, cfg)
@@ -214,7 +160,7 @@ func TestDirectIOBypassesCache(t *testing.T) {
 		t.Fatalf("%d segments, want several", len(names))
 	}
 	for _, name := range names {
-		if r := resident(t, name); r > 0 {
+		if r := testenv.Resident(t, name); r > 0 {
 			t.Fatalf("%s has %d pages cached: not written with direct I/O", filepath.Base(name), r)
 		}
 	}

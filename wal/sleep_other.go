@@ -21,6 +21,4 @@ func (*sleeper) close()                                 {}
 
 func dropCache(vfs.File) {}
 
-func setDirect(vfs.File) {}
-
 func newZeros(n int) []byte { return alignedBlocks(n) }

@@ -336,7 +336,7 @@ func (l *Log) createSegment(first uint64) error {
 func (l *Log) openSegment(first uint64) (vfs.File, error) {
 	f, err := l.fs.OpenReadWrite(l.path(segName(first)), vfs.WriteCategoryUnspecified)
 	if err == nil && l.direct {
-		setDirect(f)
+		vfsutil.SetDirect(f, true)
 	}
 	return f, err
 }

@@ -108,3 +108,7 @@ func Align(b []byte, align, n int) []byte {
 	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & uintptr(align-1))
 	return b[skip : skip+n : skip+n]
 }
+
+// Aligned returns n zero bytes whose array starts at a multiple of align
+// (a power of two).
+func Aligned(n, align int) []byte { return Align(make([]byte, n+align), align, n) }
