@@ -17,13 +17,7 @@ import (
 // one would void acknowledged commits.
 func TestMarkNeverGoesBack(t *testing.T) {
 	ctx := context.Background()
-	mem := vfs.NewCrashableMem()
-	cfg := Config{Dir: "/db", FS: mem, Workers: 4, EpochInterval: time.Minute, CheckpointInterval: -1}
-	db, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	createKV(t, db, "m", storage.TypeBigInt)
+	db, mem, cfg := openMarkDB(t, 4)
 	put := func(k int64) {
 		t.Helper()
 		if err := db.Put(ctx, &storage.Put{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)},
@@ -59,18 +53,41 @@ func TestMarkNeverGoesBack(t *testing.T) {
 	// Crash here: only what the rounds synced survives.
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
 	stale.active.Store(0)
+	checkRecovered(t, db, crashed, cfg, 1, 2)
+}
+
+// openMarkDB opens an engine with the given workers on a crashable
+// in-memory filesystem, whose epoch only the test advances, with table
+// m.t (bigint k → bigint v).
+func openMarkDB(t *testing.T, workers int) (*DB, *vfs.MemFS, Config) {
+	t.Helper()
+	mem := vfs.NewCrashableMem()
+	cfg := Config{Dir: "/db", FS: mem, Workers: workers, EpochInterval: time.Minute, CheckpointInterval: -1}
+	db, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createKV(t, db, "m", storage.TypeBigInt)
+	return db, mem, cfg
+}
+
+// checkRecovered closes db, opens the engine on crashed, its filesystem as
+// a crash left it, and checks that m.t holds every key of durable epochs
+// given.
+func checkRecovered(t *testing.T, db *DB, crashed *vfs.MemFS, cfg Config, durable ...int64) {
+	t.Helper()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 	cfg.FS = crashed
-	db, err = Open(cfg)
+	db, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, k := range []int64{1, 2} {
-		if _, ok, err := db.Get(ctx, &storage.Get{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}}); err != nil || !ok {
-			t.Fatalf("acknowledged key %d lost at recovery (%v)", k, err)
+	for _, k := range durable {
+		if _, ok, err := db.Get(context.Background(), &storage.Get{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}}); err != nil || !ok {
+			t.Fatalf("key %d of a durable epoch lost at recovery (%v)", k, err)
 		}
 	}
 }
@@ -83,13 +100,7 @@ func TestMarkNeverGoesBack(t *testing.T) {
 // logger has claimed.
 func TestRoundWaitsForACommit(t *testing.T) {
 	ctx := context.Background()
-	mem := vfs.NewCrashableMem()
-	cfg := Config{Dir: "/db", FS: mem, Workers: 1, EpochInterval: time.Minute, CheckpointInterval: -1}
-	db, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	createKV(t, db, "m", storage.TypeBigInt)
+	db, mem, cfg := openMarkDB(t, 1)
 	time.Sleep(50 * time.Millisecond) // let the logger finish its rounds; nothing wakes it again
 	h, err := db.Table("m", "t")
 	if err != nil {
@@ -150,17 +161,5 @@ func TestRoundWaitsForACommit(t *testing.T) {
 	if got := w.heldEp.Load(); got != 0 {
 		t.Fatalf("the worker still shows entries of epoch %d after the round took them", got)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	cfg.FS = crashed
-	db, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, ok, err := db.Get(ctx, &storage.Get{Namespace: "m", Table: "t", Partition: storage.Values{"k": storage.BigInt(1)}}); err != nil || !ok {
-		t.Fatalf("a write of a durable epoch was lost at recovery (%v)", err)
-	}
+	checkRecovered(t, db, mem.CrashClone(vfs.CrashCloneCfg{}), cfg, 1)
 }
