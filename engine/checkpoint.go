@@ -267,10 +267,9 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 	}()
 	w := newCkptWriter(f)
 	w.start(chunkData)
-	flush := func(kind byte) error {
-		n, err := w.finish()
+	next := func(kind byte) error {
+		n, err := w.next(kind)
 		st.Bytes += int64(n)
-		w.start(kind)
 		return err
 	}
 	// The walk goes ckptBatch records at a time, in stages (see touchRows).
@@ -301,7 +300,7 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 			w.appendEntry(t.id, tidVersion(c.tid), c.p.pk, c.r.ck, rw)
 			st.Rows++
 			if w.chunkLen() >= ckptChunk {
-				if err := flush(chunkData); err != nil {
+				if err := next(chunkData); err != nil {
 					return err
 				}
 			}
@@ -343,12 +342,8 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 			return st, werr
 		}
 	}
-	if w.chunkLen() > 1 {
-		if err := flush(chunkTrailer); err != nil {
-			return st, err
-		}
-	} else {
-		w.restart(chunkTrailer)
+	if err := next(chunkTrailer); err != nil {
+		return st, err
 	}
 	st.End = db.epoch.Load()
 	if file.delta() {
@@ -362,11 +357,8 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 	if file.delta() {
 		w.buf = binary.AppendUvarint(w.buf, file.base)
 	}
-	n, err := w.finish()
+	n, err := w.end()
 	st.Bytes += int64(n)
-	if err == nil {
-		err = w.writeTail()
-	}
 	if err != nil {
 		return st, err
 	}
@@ -380,20 +372,19 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 
 // ckptWriter frames a checkpoint's chunks and writes them in whole blocks
 // with direct I/O where the file takes it. Through the page cache, the
-// kernel's copy of each chunk cost as much CPU as the walk that encoded
-// it (ycsb-wo with the log: a checkpoint of its 1M rows every few seconds
-// took about 2% of the run's CPU, half of it in that copy), and every
-// checkpoint left its size in dirty pages behind.
+// kernel's copy of the chunks was about half of a checkpoint's CPU
+// (ycsb-wo with the log: checkpoints of its 1M rows every few seconds took
+// 1.6% of the run's CPU, the copy 0.8%), and every checkpoint left its
+// size in dirty pages behind.
 //
 // buf starts on a block boundary of the file: the unwritten end of the
 // last block written (fewer than ckptBlock bytes), then the chunk being
 // built, whose header is at hdr. Its array is block-aligned and never
 // grows by append, which would lose the alignment.
 type ckptWriter struct {
-	f      vfs.File
-	direct bool
-	buf    []byte
-	hdr    int
+	f   vfs.File
+	buf []byte
+	hdr int
 }
 
 // ckptBlock is the unit of a checkpoint's direct writes: the page size,
@@ -401,7 +392,8 @@ type ckptWriter struct {
 const ckptBlock = 4096
 
 func newCkptWriter(f vfs.File) *ckptWriter {
-	return &ckptWriter{f: f, direct: vfsutil.SetDirect(f, true), buf: alignedCkpt(ckptChunk + 64<<10)}
+	vfsutil.SetDirect(f, true)
+	return &ckptWriter{f: f, buf: alignedCkpt(ckptChunk + 64<<10)}
 }
 
 // alignedCkpt returns an empty buffer with room for n bytes, block-aligned.
@@ -414,9 +406,6 @@ func (w *ckptWriter) start(kind byte) {
 	w.hdr = len(w.buf)
 	w.buf = append(w.buf, 0, 0, 0, 0, 0, 0, 0, 0, kind)
 }
-
-// restart makes the chunk begun, still empty, one of the given kind.
-func (w *ckptWriter) restart(kind byte) { w.buf[w.hdr+8] = kind }
 
 // chunkLen is the length of the chunk's payload so far.
 func (w *ckptWriter) chunkLen() int { return len(w.buf) - w.hdr - 8 }
@@ -434,6 +423,32 @@ func (w *ckptWriter) appendEntry(table, tid uint64, pk, ck string, r *row) {
 	w.buf = w.buf[:n+8+putWrite(d[8:], table, pk, ck, r)]
 }
 
+// next ends the chunk being built and begins one of the given kind; a
+// chunk still empty only takes the new kind. It returns the framed size of
+// the chunk it ended.
+func (w *ckptWriter) next(kind byte) (int, error) {
+	if w.chunkLen() == 1 {
+		w.buf[w.hdr+8] = kind
+		return 0, nil
+	}
+	n, err := w.finish()
+	w.start(kind)
+	return n, err
+}
+
+// end ends the last chunk and writes what is left of the file, part of a
+// block, through the page cache. It returns the chunk's framed size.
+func (w *ckptWriter) end() (int, error) {
+	n, err := w.finish()
+	if err != nil || len(w.buf) == 0 {
+		return n, err
+	}
+	vfsutil.SetDirect(w.f, false)
+	_, err = w.f.Write(w.buf)
+	w.buf = w.buf[:0]
+	return n, err
+}
+
 // finish frames the chunk and writes every whole block of buf, keeping the
 // rest at its start. It returns the chunk's framed size.
 func (w *ckptWriter) finish() (int, error) {
@@ -449,19 +464,6 @@ func (w *ckptWriter) finish() (int, error) {
 	}
 	w.hdr = len(w.buf)
 	return framed, nil
-}
-
-// writeTail writes what is left, part of a block, through the page cache.
-func (w *ckptWriter) writeTail() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	if w.direct {
-		vfsutil.SetDirect(w.f, false)
-	}
-	_, err := w.f.Write(w.buf)
-	w.buf = w.buf[:0]
-	return err
 }
 
 // ckptBatch is how many records a checkpoint's walk reads at once.
