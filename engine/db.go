@@ -210,7 +210,8 @@ type DB struct {
 	waiters map[uint64]*waitSet
 	failErr atomic.Pointer[error]
 
-	ckptMu sync.Mutex // one checkpoint at a time
+	ckptMu      sync.Mutex  // one checkpoint at a time
+	ckptRunning atomic.Bool // set while Checkpoint holds ckptMu
 	// chain is the checkpoints recovery would load now: the last full one
 	// and the deltas after it. Guarded by ckptMu (and set by recovery
 	// before the checkpoint loop starts).
