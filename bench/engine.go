@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,10 @@ type EngineConfig struct {
 	// LogBuffer is the size at which a worker hands its log buffer to the
 	// logger (engine.Config.LogBufferSize); 0 keeps the engine's default.
 	LogBuffer int
-	Dir       string // parent of the run's data directory
+	// CheckpointLogSize is engine.Config.CheckpointLogSize; 0 keeps the
+	// engine's default (tests make it small).
+	CheckpointLogSize int64
+	Dir               string // parent of the run's data directory
 	// Recovery checkpoints after the load, runs the workload, closes the
 	// engine and times reopening it: loading the checkpoint and replaying
 	// the log written during the run. With Log "none" it does nothing: an
@@ -124,80 +128,21 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	// Each of the --threads clients pins a worker, as a Silo thread owns
-	// one; sync clients share the rest, as a server's requests do.
-	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers(), LogBufferSize: cfg.LogBuffer}
+	ecfg := engineConfig(cfg, dir)
 	if cfg.Recovery {
 		ecfg.CheckpointInterval = -1 // only the checkpoint after the load: recovery replays the whole run
 	}
-	if cfg.Log == "none" {
-		ecfg.Log = engine.LogNone
-	}
-	db, err := engine.Open(ecfg)
+	ld, err := loadEngine(ctx, cfg, ecfg)
 	if err != nil {
 		return res, err
 	}
+	db := ld.db
 	defer func() {
 		if db != nil {
 			db.Close()
 		}
 	}()
-	if err := db.CreateNamespace(ctx, "bench"); err != nil {
-		return res, err
-	}
-	if err := db.CreateTable(ctx, &storage.Table{Namespace: "bench", Name: "usertable",
-		PartitionKey: []storage.Column{{Name: "key", Type: storage.TypeBlob}},
-		Columns:      []storage.Column{{Name: "field0", Type: storage.TypeBlob}}}); err != nil {
-		return res, err
-	}
-	h, err := db.Table("bench", "usertable")
-	if err != nil {
-		return res, err
-	}
-	// Keys are encoded when used, as a server decodes them from a request:
-	// a table of a million encoded keys would add two cache misses (its
-	// entry and the key's bytes) to every operation that no server pays.
-	// A transaction's keys are encoded into one buffer, emptied when the
-	// next transaction starts (RawTxn lets its caller reuse key bytes once
-	// the commit returns): two allocations per operation, one for the
-	// blob and one for the key, were a sixth of a write-only run's CPU.
-	type keyer struct{ raw, enc []byte }
-	key := func(kr *keyer, i int) string {
-		if kr.raw == nil {
-			kr.raw = make([]byte, cfg.KeySize)
-		}
-		binary.BigEndian.PutUint64(kr.raw, uint64(i))
-		n := len(kr.enc)
-		kr.enc = h.AppendPartitionKey(kr.enc, storage.BlobString(unsafe.String(&kr.raw[0], len(kr.raw))))
-		return unsafe.String(&kr.enc[n], len(kr.enc)-n)
-	}
-	// Rows are immutable once written, so a pool of distinct values serves.
-	rng := rand.New(rand.NewPCG(1, 2))
-	values := make([]engine.RawRow, 1024)
-	for i := range values {
-		v := make([]byte, cfg.ValueSize)
-		for j := range v {
-			v[j] = byte(rng.Uint32())
-		}
-		values[i] = engine.NewRawRow([]storage.Value{storage.Blob(v)})
-	}
-	began := time.Now()
-	var last uint64
-	var kr keyer
-	for i := 0; i < cfg.Records; i += 1000 {
-		tx := db.BeginRaw()
-		kr.enc = kr.enc[:0]
-		for j := i; j < min(i+1000, cfg.Records); j++ {
-			tx.WriteRow(h, key(&kr, j), values[j%len(values)])
-		}
-		if last, err = tx.CommitAsync(ctx); err != nil {
-			return res, fmt.Errorf("load: %w", err)
-		}
-	}
-	if err := db.WaitDurable(ctx, last); err != nil {
-		return res, err
-	}
-	res.LoadSeconds = time.Since(began).Seconds()
+	res.LoadSeconds = ld.loadSeconds
 	recovery := cfg.Recovery && cfg.Log == "wal"
 	if recovery {
 		st, err := db.Checkpoint(ctx)
@@ -206,7 +151,6 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		}
 		res.CheckpointSeconds = st.Duration.Seconds()
 	}
-
 	var (
 		stop               atomic.Bool
 		committed, aborted atomic.Int64
@@ -248,34 +192,6 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	io0 := diskWriteBytes()
 	start := time.Now()
 	syncHist := newHist()
-	// one runs a transaction of the workload; it returns the commit epoch.
-	one := func(tx *engine.RawTxn, r *rand.Rand, kr *keyer) (uint64, bool, error) {
-		tx.Reset()
-		kr.enc = kr.enc[:0]
-		for range cfg.OpsPerTxn {
-			k := key(kr, r.IntN(cfg.Records))
-			switch op := r.IntN(2); cfg.Workload {
-			case "ycsb-wo":
-				tx.WriteRow(h, k, values[r.IntN(len(values))])
-			case "ycsb-c":
-				tx.Read(h, k)
-			case "ycsb-a":
-				if op == 0 {
-					tx.Read(h, k)
-				} else {
-					tx.WriteRow(h, k, values[r.IntN(len(values))])
-				}
-			case "ycsb-f":
-				tx.Read(h, k)
-				tx.WriteRow(h, k, values[r.IntN(len(values))])
-			}
-		}
-		e, err := tx.CommitAsync(ctx)
-		if errors.Is(err, storage.ErrConflict) {
-			return 0, false, nil
-		}
-		return e, err == nil, err
-	}
 	// client runs transactions until stopped. A sync client waits for each
 	// commit to be durable and records begin-to-durable latency; a worker
 	// does not wait and samples every 64th commit's epoch and time for
@@ -299,7 +215,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 			if sync {
 				t0 = time.Now()
 			}
-			e, ok, err := one(tx, r, &kr)
+			e, ok, err := ld.one(ctx, tx, r, &kr)
 			if err == nil && ok && sync {
 				err = db.WaitDurable(ctx, e)
 			}
@@ -463,4 +379,142 @@ func dirSize(dir, prefix string) int64 {
 		}
 	}
 	return n
+}
+
+// engineConfig is the engine's configuration for a run of cfg in dir.
+func engineConfig(cfg EngineConfig, dir string) engine.Config {
+	// Each of the --threads clients pins a worker, as a Silo thread owns
+	// one; sync clients share the rest, as a server's requests do.
+	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers(), LogBufferSize: cfg.LogBuffer,
+		CheckpointLogSize: cfg.CheckpointLogSize}
+	if cfg.Log == "none" {
+		ecfg.Log = engine.LogNone
+	}
+	return ecfg
+}
+
+// loaded is an engine loaded with the benchmark's table.
+type loaded struct {
+	cfg         EngineConfig
+	db          *engine.DB
+	h           *engine.TableHandle
+	values      []engine.RawRow // a pool of rows: rows are immutable once written
+	loadSeconds float64
+}
+
+// keyer holds a client's key bytes. Keys are encoded when used, as a
+// server decodes them from a request: a table of a million encoded keys
+// would add two cache misses (its entry and the key's bytes) to every
+// operation that no server pays. A transaction's keys are encoded into
+// one buffer, emptied when the next transaction starts (RawTxn lets its
+// caller reuse key bytes once the commit returns): two allocations per
+// operation, one for the blob and one for the key, were a sixth of a
+// write-only run's CPU.
+type keyer struct{ raw, enc []byte }
+
+// loadEngine opens an engine with ecfg, creates the table and loads
+// cfg.Records rows, durably. It then collects the garbage of the load,
+// as testing.B does before a benchmark: otherwise the collection the load
+// leads to falls inside the measured window or not depending on how far
+// the load got past the last one, and marking the loaded heap (0.4 s of
+// CPU for a million rows) slows the workers of that run alone. The caller
+// closes the engine.
+func loadEngine(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loaded, error) {
+	db, err := engine.Open(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	ld := &loaded{cfg: cfg, db: db}
+	if err := ld.load(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	runtime.GC()
+	return ld, nil
+}
+
+func (ld *loaded) load(ctx context.Context) error {
+	db, cfg := ld.db, ld.cfg
+	if err := db.CreateNamespace(ctx, "bench"); err != nil {
+		return err
+	}
+	if err := db.CreateTable(ctx, &storage.Table{Namespace: "bench", Name: "usertable",
+		PartitionKey: []storage.Column{{Name: "key", Type: storage.TypeBlob}},
+		Columns:      []storage.Column{{Name: "field0", Type: storage.TypeBlob}}}); err != nil {
+		return err
+	}
+	h, err := db.Table("bench", "usertable")
+	if err != nil {
+		return err
+	}
+	ld.h = h
+	rng := rand.New(rand.NewPCG(1, 2))
+	ld.values = make([]engine.RawRow, 1024)
+	for i := range ld.values {
+		v := make([]byte, cfg.ValueSize)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
+		}
+		ld.values[i] = engine.NewRawRow([]storage.Value{storage.Blob(v)})
+	}
+	began := time.Now()
+	var last uint64
+	var kr keyer
+	for i := 0; i < cfg.Records; i += 1000 {
+		tx := db.BeginRaw()
+		kr.enc = kr.enc[:0]
+		for j := i; j < min(i+1000, cfg.Records); j++ {
+			tx.WriteRow(h, ld.key(&kr, j), ld.values[j%len(ld.values)])
+		}
+		if last, err = tx.CommitAsync(ctx); err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
+	}
+	if err := db.WaitDurable(ctx, last); err != nil {
+		return err
+	}
+	ld.loadSeconds = time.Since(began).Seconds()
+	return nil
+}
+
+// key encodes row i's key into kr's buffer.
+func (ld *loaded) key(kr *keyer, i int) string {
+	if kr.raw == nil {
+		kr.raw = make([]byte, ld.cfg.KeySize)
+	}
+	binary.BigEndian.PutUint64(kr.raw, uint64(i))
+	n := len(kr.enc)
+	kr.enc = ld.h.AppendPartitionKey(kr.enc, storage.BlobString(unsafe.String(&kr.raw[0], len(kr.raw))))
+	return unsafe.String(&kr.enc[n], len(kr.enc)-n)
+}
+
+// one runs a transaction of the workload on tx; it returns the commit
+// epoch and whether it committed (false for a conflict).
+func (ld *loaded) one(ctx context.Context, tx *engine.RawTxn, r *rand.Rand, kr *keyer) (uint64, bool, error) {
+	cfg, h, values := &ld.cfg, ld.h, ld.values
+	tx.Reset()
+	kr.enc = kr.enc[:0]
+	for range cfg.OpsPerTxn {
+		k := ld.key(kr, r.IntN(cfg.Records))
+		switch op := r.IntN(2); cfg.Workload {
+		case "ycsb-wo":
+			tx.WriteRow(h, k, values[r.IntN(len(values))])
+		case "ycsb-c":
+			tx.Read(h, k)
+		case "ycsb-a":
+			if op == 0 {
+				tx.Read(h, k)
+			} else {
+				tx.WriteRow(h, k, values[r.IntN(len(values))])
+			}
+		case "ycsb-f":
+			tx.Read(h, k)
+			tx.WriteRow(h, k, values[r.IntN(len(values))])
+		}
+	}
+	e, err := tx.CommitAsync(ctx)
+	if errors.Is(err, storage.ErrConflict) {
+		return 0, false, nil
+	}
+	return e, err == nil, err
 }

@@ -21,6 +21,7 @@ func benchEngineCmd() *cobra.Command {
 		runs     int
 		baseline bool
 		diskBase bool
+		slice    time.Duration
 		asJSON   bool
 		profile  string
 	)
@@ -49,6 +50,13 @@ checkpoints), with direct I/O from a reused buffer over a file the size of the l
 measures what the disk writes alone take from the workload, which on a virtual machine is more
 than their system calls.
 
+--interleave=S loads one engine with the log and one without and runs them in turn, in slices of
+S (wal, none, none, wal, wal, ...), until each has run for --duration; it prints each mode's
+throughput over all its slices and the cost between them. On a shared machine whose speed drifts
+from one run to the next, slices a second long compare like with like. A wal slice runs on while
+a checkpoint is being written, so the checkpoints' cost stays in the wal mode's time. Latencies
+are not measured in this mode.
+
 --recovery checkpoints after the load and, after the run, closes the engine and times reopening it:
 loading the checkpoint and replaying the run's log.`,
 		Args: cobra.NoArgs,
@@ -72,6 +80,12 @@ loading the checkpoint and replaying the run's log.`,
 					return err
 				}
 				defer stopProfile()
+			}
+			if slice != 0 {
+				if runs != 1 || !baseline || diskBase || cfg.Log != "wal" {
+					return fmt.Errorf("--interleave compares wal with none in one run: it takes neither --runs, --baseline=false, --disk-baseline nor --log=none")
+				}
+				return benchInterleaved(cmd, cfg, slice, asJSON)
 			}
 			configs := []bench.EngineConfig{cfg}
 			if baseline && cfg.Log == "wal" {
@@ -171,10 +185,50 @@ loading the checkpoint and replaying the run's log.`,
 	f.IntVar(&runs, "runs", 1, "repetitions; the median run is printed (odd counts give a true median)")
 	f.BoolVar(&baseline, "baseline", true, "also run --log=none in the same invocation")
 	f.BoolVar(&diskBase, "disk-baseline", false, "also run --log=none under the wal run's disk writes (see above)")
+	f.DurationVar(&slice, "interleave", 0, "run wal and none in turn, in slices this long (see above)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&cfg.Recovery, "recovery", false, "checkpoint after the load, then time recovery (checkpoint plus the run's log) after the run")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs to this file")
 	return cmd
+}
+
+// benchInterleaved runs and prints bench engine --interleave.
+func benchInterleaved(cmd *cobra.Command, cfg bench.EngineConfig, slice time.Duration, asJSON bool) error {
+	r, err := bench.RunEngineInterleaved(cmd.Context(), cfg, slice)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(out, "bench engine: %s ops/txn=%d records=%d key=%dB value=%dB threads=%d epoch=%v duration=%v interleaved in slices of %v %s\n",
+		cfg.Workload, cfg.OpsPerTxn, cfg.Records, cfg.KeySize, cfg.ValueSize, cfg.Threads, cfg.Epoch, cfg.Duration, slice,
+		time.Now().UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "log\tcommitted txn/s\tabort rate\tCPU µs/txn\tslices\tseconds\tload s\t")
+	for _, m := range []bench.EngineResult{r.WAL, r.None} {
+		label := m.Log
+		if label == "none" {
+			label = "none (baseline)"
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.2f\t%d\t%.1f\t%.1f\t\n", label, m.TxnPerSec, m.AbortRate, m.CPUMicros,
+			len(r.Slices)/2, m.Seconds, m.LoadSeconds)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.None.TxnPerSec > 0 && r.None.CPUMicros > 0 {
+		q := slices.Clone(r.PairCosts)
+		slices.Sort(q)
+		fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput; CPU per transaction %+.1f%%\n",
+			100*r.Cost, 100*(r.WAL.CPUMicros/r.None.CPUMicros-1))
+		fmt.Fprintf(out, "pairs of slices: cost median %.1f%%, quartiles %.1f%% and %.1f%%; wal slices ran %.1f s past their length for checkpoints\n",
+			100*r.MedianCost(), 100*q[len(q)/4], 100*q[(3*len(q))/4], r.Extended)
+	}
+	return nil
 }
 
 // startCPUProfile profiles the process into path until the returned

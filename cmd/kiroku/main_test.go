@@ -124,6 +124,38 @@ func TestBenchEngineRuns(t *testing.T) {
 	}
 }
 
+// TestBenchEngineInterleaved runs bench engine --interleave and checks
+// the flags it refuses beside it.
+func TestBenchEngineInterleaved(t *testing.T) {
+	out, err := run(t, "bench", "engine", "--records", "2000", "--duration", "300ms", "--interleave", "100ms", "--dir", t.TempDir(), "--json")
+	if err != nil {
+		t.Fatalf("bench engine --interleave: %v\n%s", err, out)
+	}
+	var res struct {
+		WAL, None struct {
+			Log       string
+			Committed int64
+		}
+		Slices []struct{ Log string }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	if res.WAL.Log != "wal" || res.None.Log != "none" || res.WAL.Committed == 0 || res.None.Committed == 0 || len(res.Slices) != 8 {
+		t.Fatalf("want 4 slices of each mode pooled into wal and none, got %+v", res)
+	}
+	out, err = run(t, "bench", "engine", "--records", "2000", "--duration", "300ms", "--interleave", "100ms", "--dir", t.TempDir())
+	if err != nil || !strings.Contains(out, "logging cost:") || !strings.Contains(out, "pairs of slices: cost median") {
+		t.Fatalf("bench engine --interleave: %v\n%s", err, out)
+	}
+	for _, extra := range [][]string{{"--runs", "3"}, {"--log", "none"}, {"--baseline=false"}, {"--disk-baseline"}} {
+		args := append([]string{"bench", "engine", "--records", "2000", "--duration", "300ms", "--interleave", "100ms", "--dir", t.TempDir()}, extra...)
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "--interleave compares wal with none") {
+			t.Fatalf("%v: %v", extra, err)
+		}
+	}
+}
+
 func TestBenchEngineDiskBaseline(t *testing.T) {
 	out, err := run(t, "bench", "engine", "--records", "2000", "--duration", "300ms", "--dir", t.TempDir(), "--disk-baseline", "--json")
 	if err != nil {
