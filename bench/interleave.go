@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,7 +45,7 @@ type SliceResult struct {
 // in turn, slice by slice, until each has run for cfg.Duration: wal,
 // none, none, wal, wal, none and so on, so that a drift in the machine's
 // speed weighs on both modes alike. On a shared virtual machine the
-// speed of memory moves by a third from one ten-second window to the
+// workload's speed moves by a third from one ten-second window to the
 // next, as other tenants come and go; runs of each mode one after the
 // other compare two such windows, while slices of a second compare
 // neighbouring seconds.
@@ -96,7 +95,6 @@ func RunEngineInterleaved(ctx context.Context, cfg EngineConfig, slice time.Dura
 			return res, fmt.Errorf("bench engine (log=%s): %w", mode, err)
 		}
 	}
-	runtime.GC() // the first load's heap is marked once more by the second's collections
 	cpuClock := CPUClock()
 	n := int((cfg.Duration + slice - 1) / slice) // slices per mode
 	n = (n + 1) &^ 1                             // whole wal-none-none-wal blocks
@@ -178,13 +176,16 @@ type sliceRun struct {
 // its last epoch durable and no checkpoint busy.
 func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock func() (time.Duration, error)) (sliceRun, error) {
 	db, cfg := ld.db, &ld.cfg
+	type tally struct {
+		committed, aborted int64
+		last               uint64 // the last commit's epoch
+	}
 	var (
-		stop               atomic.Bool
-		committed, aborted atomic.Int64
-		lastEpoch          atomic.Uint64
-		wg                 sync.WaitGroup
-		errMu              sync.Mutex
-		firstErr           error
+		stop     atomic.Bool
+		tallies  = make([]tally, cfg.Threads) // each worker's own
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
 	)
 	fail := func(err error) {
 		errMu.Lock()
@@ -212,28 +213,20 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 			}
 			defer tx.Unpin()
 			var kr keyer
-			var n, na int64
-			var last uint64
+			var t tally
 			for !stop.Load() {
 				e, ok, err := ld.one(ctx, tx, r, &kr)
 				switch {
 				case err != nil:
 					fail(err)
 				case ok:
-					n++
-					last = max(last, e)
+					t.committed++
+					t.last = max(t.last, e)
 				default:
-					na++
+					t.aborted++
 				}
 			}
-			committed.Add(n)
-			aborted.Add(na)
-			for {
-				cur := lastEpoch.Load()
-				if last <= cur || lastEpoch.CompareAndSwap(cur, last) {
-					break
-				}
-			}
+			tallies[w] = t
 		}()
 	}
 	wait := func(d time.Duration) {
@@ -257,9 +250,15 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 	if firstErr != nil {
 		return out, firstErr
 	}
+	var last uint64
+	for _, t := range tallies {
+		out.Committed += t.committed
+		out.Aborted += t.aborted
+		last = max(last, t.last)
+	}
 	took, cpu := end.Sub(start), cpu1-cpu0
 	if cfg.Log == "wal" {
-		if err := db.WaitDurable(ctx, lastEpoch.Load()); err != nil {
+		if err := db.WaitDurable(ctx, last); err != nil {
 			return out, err
 		}
 		if db.CheckpointBusy() {
@@ -282,7 +281,6 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 	}
 	out.extended = max(0, took-length).Seconds()
 	out.Seconds = took.Seconds()
-	out.Committed, out.Aborted = committed.Load(), aborted.Load()
 	if out.Committed > 0 {
 		out.CPUMicros = float64(cpu.Microseconds()) / float64(out.Committed)
 	}
