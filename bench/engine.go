@@ -152,22 +152,14 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		res.CheckpointSeconds = st.Duration.Seconds()
 	}
 	var (
-		stop               atomic.Bool
+		h                  halt
 		committed, aborted atomic.Int64
 		syncDone           atomic.Int64
 		wg                 sync.WaitGroup
 		mu                 sync.Mutex
 		samples            [][]commitSample
-		firstErr           error
 	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-		stop.Store(true)
-	}
+	fail := h.fail
 	// stopLoad stops the disk load, if there is one, and returns its error.
 	stopLoad := func() error { return nil }
 	if cfg.DiskLoad != nil {
@@ -210,7 +202,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		var kr keyer
 		hist := newHist()
 		var mine []commitSample
-		for n := 0; !stop.Load(); n++ {
+		for n := 0; !h.stopped.Load(); n++ {
 			var t0 time.Time
 			if sync {
 				t0 = time.Now()
@@ -280,7 +272,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	case <-time.After(cfg.Duration):
 	case <-ctx.Done():
 	}
-	stop.Store(true)
+	h.stopped.Store(true)
 	elapsed := time.Since(start)
 	io1 := diskWriteBytes()
 	if err := stopLoad(); err != nil {
@@ -306,18 +298,18 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 			lastSampled = max(lastSampled, x.epoch)
 		}
 	}
-	if cfg.Log != "none" && firstErr == nil {
+	if cfg.Log != "none" && h.first() == nil {
 		if err := db.WaitDurable(ctx, lastSampled); err != nil {
 			fail(err)
 		}
-		for seen.Load() < lastSampled && ctx.Err() == nil && firstErr == nil {
+		for seen.Load() < lastSampled && ctx.Err() == nil && h.first() == nil {
 			time.Sleep(cfg.Epoch / 4)
 		}
 	}
 	stopWatch()
 	<-watchDone
-	if firstErr != nil {
-		return res, firstErr
+	if err := h.first(); err != nil {
+		return res, err
 	}
 	if recovery {
 		if err := db.Close(); err != nil {
@@ -379,6 +371,30 @@ func dirSize(dir, prefix string) int64 {
 		}
 	}
 	return n
+}
+
+// halt stops a run's clients and keeps the first error that stopped them.
+type halt struct {
+	stopped atomic.Bool
+	mu      sync.Mutex
+	err     error
+}
+
+// fail records err, unless an error came first, and stops the run.
+func (h *halt) fail(err error) {
+	h.mu.Lock()
+	if h.err == nil {
+		h.err = err
+	}
+	h.mu.Unlock()
+	h.stopped.Store(true)
+}
+
+// first is the first error recorded, or nil.
+func (h *halt) first() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }
 
 // engineConfig is the engine's configuration for a run of cfg in dir.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -181,20 +180,11 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 		last               uint64 // the last commit's epoch
 	}
 	var (
-		stop     atomic.Bool
-		tallies  = make([]tally, cfg.Threads) // each worker's own
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		firstErr error
+		h       halt
+		tallies = make([]tally, cfg.Threads) // each worker's own
+		wg      sync.WaitGroup
 	)
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-		stop.Store(true)
-	}
+	fail := h.fail
 	out := sliceRun{SliceResult: SliceResult{Log: cfg.Log}}
 	cpu0, err := cpuClock()
 	if err != nil {
@@ -214,7 +204,7 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 			defer tx.Unpin()
 			var kr keyer
 			var t tally
-			for !stop.Load() {
+			for !h.stopped.Load() {
 				e, ok, err := ld.one(ctx, tx, r, &kr)
 				switch {
 				case err != nil:
@@ -237,18 +227,18 @@ func (ld *loaded) runSlice(ctx context.Context, length time.Duration, cpuClock f
 		}
 	}
 	wait(length)
-	for !stop.Load() && db.CheckpointBusy() {
+	for !h.stopped.Load() && db.CheckpointBusy() {
 		wait(2 * time.Millisecond)
 	}
-	stop.Store(true)
+	h.stopped.Store(true)
 	wg.Wait()
 	end := time.Now()
 	cpu1, err := cpuClock()
 	if err != nil {
 		return out, err
 	}
-	if firstErr != nil {
-		return out, firstErr
+	if err := h.first(); err != nil {
+		return out, err
 	}
 	var last uint64
 	for _, t := range tallies {
