@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -168,6 +170,37 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// ErrLocked is the cause Open reports when the data directory is open
+// already, in this process or another: an engine's files have one owner at
+// a time (see lockDir).
+var ErrLocked = errors.New("engine: the data directory is in use")
+
+// lockFile is the file in the data directory whose lock an open engine
+// holds.
+const lockFile = "LOCK"
+
+// lockDir takes the data directory's lock: an advisory lock on Dir/LOCK
+// (fcntl on Unix) that excludes other processes, and, within this process,
+// another open engine on the same path (the filesystem's own registry; the
+// operating system's filesystem gets the absolute path, so a relative name
+// of the same directory is refused too). Two engines on one directory
+// would each replay, log and truncate the same files.
+func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
+	name := fs.PathJoin(dir, lockFile)
+	if fs == vfs.Default {
+		abs, err := filepath.Abs(name)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		name = abs
+	}
+	l, err := fs.Lock(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
+	}
+	return l, nil
+}
+
 // DefaultWorkers is Config.Workers when left 0: twice the processors Go
 // uses, at least 4.
 func DefaultWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
@@ -222,6 +255,10 @@ type DB struct {
 	logged   atomic.Int64
 	ckptBase atomic.Int64
 	ckptKick chan struct{}
+
+	// lock is the data directory's lock (lockDir), released by Close
+	// once the logs are closed.
+	lock io.Closer
 
 	closing  chan struct{}
 	stopped  chan struct{} // closed once the loggers have exited
@@ -292,6 +329,11 @@ func Open(cfg Config) (*DB, error) {
 	if err := vfsutil.SyncDir(db.fs, db.fs.PathDir(cfg.Dir)); err != nil {
 		return nil, err
 	}
+	lock, err := lockDir(db.fs, cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	db.lock = lock
 	for i := 0; i < cfg.Loggers; i++ {
 		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1)}
 		lg.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
@@ -307,6 +349,7 @@ func Open(cfg Config) (*DB, error) {
 	}
 	if err := db.recover(); err != nil {
 		db.closeSinks()
+		db.lock.Close()
 		return nil, err
 	}
 	if cfg.Log == LogNone {
@@ -338,6 +381,9 @@ func (db *DB) Close() error {
 		db.closeErr = db.closeSinks()
 		if err := db.failure(); err != nil && db.closeErr == nil {
 			db.closeErr = err
+		}
+		if err := db.lock.Close(); err != nil && db.closeErr == nil {
+			db.closeErr = fmt.Errorf("engine: releasing the directory lock: %w", err)
 		}
 	})
 	return db.closeErr
