@@ -660,7 +660,10 @@ func mutate(ctx context.Context, db storage.Beginner, ms []storage.Mutation) err
 
 // ---- the unsynced view ----------------------------------------------------------
 
-var _ storage.Unsyncer = (*DB)(nil)
+var (
+	_ storage.Unsyncer  = (*DB)(nil)
+	_ storage.Exclusive = (*DB)(nil)
+)
 
 // Unsynced returns a view of the database whose calls return once their
 // effects are committed and visible, without waiting for the durable epoch
@@ -671,6 +674,17 @@ var _ storage.Unsyncer = (*DB)(nil)
 // covers the effect; a failed log fails every later commit; and the
 // database dies with the process that used it.
 func (db *DB) Unsynced() storage.Store { return unsyncedView{db} }
+
+// Shared implements storage.Exclusive: an open engine is the only
+// reader and writer of its directory (lockDir). Concurrent first calls for
+// one key may each call mk; all get the value stored first.
+func (db *DB) Shared(key any, mk func() any) any {
+	if v, ok := db.shared.Load(key); ok {
+		return v
+	}
+	v, _ := db.shared.LoadOrStore(key, mk())
+	return v
+}
 
 type unsyncedView struct{ db *DB }
 

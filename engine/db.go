@@ -259,6 +259,8 @@ type DB struct {
 	// lock is the data directory's lock (lockDir), released by Close
 	// once the logs are closed.
 	lock io.Closer
+	// shared holds the values Shared hands out.
+	shared sync.Map
 
 	closing  chan struct{}
 	stopped  chan struct{} // closed once the loggers have exited

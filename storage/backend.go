@@ -121,6 +121,19 @@ func Unsynced(b Store) Store {
 	return b
 }
 
+// Exclusive is implemented by a backend whose data no other process can
+// reach while it is open (the embedded engine locks its directory), so
+// every write to it is made through this process. Shared returns the value
+// kept under key for as long as the backend is open, made by mk on first
+// use: callers in the process that must agree on some state of the
+// database meet there. The Validator's clock keeps the highest clock value
+// handed out there, which on such a database is all it needs to read (see
+// package validator). A backend other processes can reach — a server, a
+// shared directory — must not implement it.
+type Exclusive interface {
+	Shared(key any, mk func() any) any
+}
+
 // Rows iterates over scan results, like database/sql.Rows:
 //
 //	for rows.Next() { use(rows.Row()) }

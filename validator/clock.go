@@ -24,7 +24,9 @@ type ClockConfig struct {
 	// ScanEvery is N: a begin clock scans the table only every Nth time
 	// and otherwise takes one more than the highest value this process has
 	// seen, touching no record. End clocks always scan (see doc.go for why
-	// this split keeps the clock sound). 0 or 1 means every time.
+	// this split keeps the clock sound). 0 or 1 means every time. On an
+	// exclusive database (storage.Exclusive: the embedded engine) no clock
+	// scans the table, whatever N and K (doc.go, "One process").
 	ScanEvery int
 }
 
@@ -54,7 +56,14 @@ type Clock struct {
 	cfg  ClockConfig
 	next atomic.Uint64 // round-robin over the counters
 	ops  atomic.Uint64 // begin clocks taken, for ScanEvery
-	seen atomic.Int64  // the highest value this process has read or written
+	// seen is the highest value this process has read or written: the
+	// Clock's own, or, on an exclusive database, the one every Clock of
+	// the process on that database and namespace shares (see owned).
+	seen *atomic.Int64
+	// owned: the database is storage.Exclusive, so every counter write is
+	// made through a Clock sharing seen, and clocks are taken from seen
+	// without scanning the table (see doc.go).
+	owned bool
 	// scan reads every counter and slots[i] is counter i's clustering key:
 	// built once, as backends only read a request.
 	scan  *storage.Scan
@@ -74,11 +83,20 @@ type raise struct {
 	expr [1]storage.Expr
 }
 
+// sharedSeen is the key of an exclusive database's shared seen value for
+// one namespace (storage.Exclusive.Shared).
+type sharedSeen struct{ ns string }
+
 func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
-	db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
+	c := &Clock{ns: ns, cfg: cfg, seen: new(atomic.Int64)}
+	if x, ok := db.(storage.Exclusive); ok {
+		c.owned = true
+		c.seen = x.Shared(sharedSeen{ns}, func() any { return new(atomic.Int64) }).(*atomic.Int64)
+	}
+	c.db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
+	db = c.db
 	part := storage.Values{"bucket": storage.Text(clockBucket)}
-	c := &Clock{db: db, ns: ns, cfg: cfg,
-		scan: &storage.Scan{Namespace: ns, Table: tClock, Partition: part, Projection: []string{"value"}}}
+	c.scan = &storage.Scan{Namespace: ns, Table: tClock, Partition: part, Projection: []string{"value"}}
 	for i := range cfg.Counters {
 		c.slots = append(c.slots, storage.Values{"counter": storage.BigInt(int64(i))})
 		err := db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: part,
@@ -88,14 +106,27 @@ func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig)
 			return nil, fmt.Errorf("validator: creating clock counter %d: %w", i, err)
 		}
 	}
+	if c.owned {
+		// What the counters hold from before this process opened the
+		// database (recovered), or from Clocks that wrote them before.
+		m, err := c.latest(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.see(m)
+	}
 	return c, nil
 }
 
 // Begin returns a begin time, to be taken before the request is logged:
 // one more than the highest counter. It writes nothing (see doc.go).
 // Callers that arrive while another begin clock is being taken share the
-// next one (see coalescer).
+// next one (see coalescer). On an exclusive database it is one more than
+// the highest value the process has seen, and reads nothing.
 func (c *Clock) Begin(ctx context.Context) (int64, error) {
+	if c.owned {
+		return c.seen.Load() + 1, nil
+	}
 	if c.cfg.ScanEvery > 1 && c.ops.Add(1)%uint64(c.cfg.ScanEvery) != 0 {
 		if s := c.seen.Load(); s > 0 {
 			return s + 1, nil
@@ -115,6 +146,9 @@ func (c *Clock) begin(ctx context.Context) (int64, error) {
 
 // End returns an end time, to be taken after the reply arrived: it scans
 // every counter, takes max + 1 and raises one counter (round-robin) to it.
+// On an exclusive database it takes one more than the highest value the
+// process has seen instead of scanning, and still raises a counter, which
+// carries the value to disk and to the next process to open the database.
 // Callers that arrive while another end clock is being taken share the
 // next one (see coalescer).
 // The backends retry a lone write's conflicts a few times; on PostgreSQL
@@ -123,9 +157,12 @@ func (c *Clock) begin(ctx context.Context) (int64, error) {
 func (c *Clock) End(ctx context.Context) (int64, error) { return c.ends.do(ctx, c.end) }
 
 func (c *Clock) end(ctx context.Context) (int64, error) {
-	latest, err := c.latest(ctx)
-	if err != nil {
-		return 0, err
+	latest := c.seen.Load()
+	if !c.owned {
+		var err error
+		if latest, err = c.latest(ctx); err != nil {
+			return 0, err
+		}
 	}
 	t := latest + 1
 	slot := c.next.Add(1) % uint64(c.cfg.Counters)
@@ -136,7 +173,7 @@ func (c *Clock) end(ctx context.Context) (int64, error) {
 		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
 	}
 	r.put.Clustering, r.put.Values["value"], r.expr[0] = c.slots[slot], storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
-	err = retry(ctx, func() error { return c.db.Put(ctx, &r.put) })
+	err := retry(ctx, func() error { return c.db.Put(ctx, &r.put) })
 	c.raises.Put(r)
 	// ErrConditionNotMet: another caller already raised the counter past
 	// t, which a scan will see as well.

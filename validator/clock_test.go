@@ -8,27 +8,51 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/storage"
 )
 
-// TestClockOverlap checks the clock's two properties on real concurrent
+// sharedDB hides the engine's storage.Exclusive: Clocks over it scan the
+// table, as the Clocks of separate processes on a shared database
+// (PostgreSQL) must. It keeps the unsynced view.
+type sharedDB struct{ storage.Backend }
+
+func (s sharedDB) Unsynced() storage.Store { return storage.Unsynced(s.Backend) }
+
+// TestClockOverlap checks the clock's properties on real concurrent
 // callers: transactions whose real intervals overlapped get overlapping
-// clock intervals, and e_i < b_j only when T_i really finished before T_j
-// began. A transaction's real interval runs from just after its begin
-// clock returned to just before its end clock was asked for; a global
-// sequence counter orders those points.
+// clock intervals, e_i < b_j only when T_i really finished before T_j
+// began, and e_i < b_j whenever T_i's end clock returned before T_j's
+// begin clock was asked for. A transaction's real interval runs from just
+// after its begin clock returned to just before its end clock was asked
+// for; a global sequence counter orders those points and the two around
+// them. Each worker has its own Clock. On the engine itself (exclusive)
+// they are Clocks of one process and read the value they share; on
+// sharedDB they scan, like separate processes sharing the table, for
+// which a ScanEvery begin clock promises the last property only for what
+// its own process saw, so it is not checked there.
 func TestClockOverlap(t *testing.T) {
-	for _, cfg := range []ClockConfig{{Counters: 1}, {Counters: 2}, {Counters: 16}, {Counters: 2, ScanEvery: 3}} {
-		t.Run(fmt.Sprintf("K=%d,N=%d", cfg.Counters, cfg.ScanEvery), func(t *testing.T) {
+	for _, tc := range []struct {
+		cfg    ClockConfig
+		shared bool
+	}{{ClockConfig{Counters: 1}, true}, {ClockConfig{Counters: 2}, true}, {ClockConfig{Counters: 16}, true}, {ClockConfig{Counters: 2, ScanEvery: 3}, true},
+		{ClockConfig{Counters: 1}, false}, {ClockConfig{Counters: 4, ScanEvery: 3}, false}} {
+		t.Run(fmt.Sprintf("K=%d,N=%d,shared=%v", tc.cfg.Counters, tc.cfg.ScanEvery, tc.shared), func(t *testing.T) {
 			ctx := context.Background()
-			cfg, err := cfg.withDefaults()
+			cfg, err := tc.cfg.withDefaults()
 			if err != nil {
 				t.Fatal(err)
 			}
-			db := openEngineDB(t)
+			var db storage.Backend = openEngineDB(t)
+			if tc.shared {
+				db = sharedDB{db}
+			}
 			if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
 				t.Fatal(err)
 			}
-			type iv struct{ b, e, start, end int64 }
+			checkReturn := !tc.shared || cfg.ScanEvery <= 1
+			type iv struct{ b, e, ask, start, end, ret int64 }
 			var seq atomic.Int64
 			var mu sync.Mutex
 			var ivs []iv
@@ -37,15 +61,18 @@ func TestClockOverlap(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					// Each worker has its own Clock: like separate processes
-					// sharing the table.
 					c, err := newClock(ctx, db, DefaultNamespace, cfg)
 					if err != nil {
 						t.Error(err)
 						return
 					}
+					if c.owned == tc.shared {
+						t.Errorf("clock on a shared database: %v; owned: %v", tc.shared, c.owned)
+						return
+					}
 					rng := rand.New(rand.NewPCG(uint64(w), 3))
 					for range 40 {
+						ask := seq.Add(1)
 						b, err := c.Begin(ctx)
 						if err != nil {
 							t.Error(err)
@@ -61,14 +88,15 @@ func TestClockOverlap(t *testing.T) {
 							t.Error(err)
 							return
 						}
+						ret := seq.Add(1)
 						mu.Lock()
-						ivs = append(ivs, iv{b, e, start, end})
+						ivs = append(ivs, iv{b, e, ask, start, end, ret})
 						mu.Unlock()
 					}
 				}()
 			}
 			wg.Wait()
-			overlaps := 0
+			overlaps, ordered := 0, 0
 			for i, x := range ivs {
 				if x.e < x.b {
 					t.Fatalf("end clock %d before begin clock %d", x.e, x.b)
@@ -85,12 +113,20 @@ func TestClockOverlap(t *testing.T) {
 					if (x.e < y.b && !(x.end < y.start)) || (y.e < x.b && !(y.end < x.start)) {
 						t.Fatalf("clocks claim a precedence real time does not have: %+v %+v", x, y)
 					}
+					for _, p := range [][2]iv{{x, y}, {y, x}} {
+						if p[0].ret < p[1].ask {
+							ordered++
+							if checkReturn && p[0].e >= p[1].b {
+								t.Fatalf("a transaction whose end clock returned before another asked for its begin clock does not precede it: %+v %+v", p[0], p[1])
+							}
+						}
+					}
 				}
 			}
-			if overlaps == 0 {
-				t.Fatal("no transactions overlapped; the test shows nothing")
+			if overlaps == 0 || ordered == 0 {
+				t.Fatalf("%d overlapping and %d ordered pairs; the test shows nothing", overlaps, ordered)
 			}
-			t.Logf("%d transactions, %d really overlapping pairs", len(ivs), overlaps)
+			t.Logf("%d transactions, %d really overlapping pairs, %d ordered", len(ivs), overlaps, ordered)
 		})
 	}
 }
@@ -138,5 +174,52 @@ func TestCoalescerRunsAfterArrival(t *testing.T) {
 	wg.Wait()
 	if runs := started.Load(); runs >= callers*calls {
 		t.Errorf("%d runs for %d calls: none shared", runs, callers*calls)
+	}
+}
+
+// TestClockOwnedAcrossReopen checks that on an exclusive database, which
+// no clock scans while it is open, a process that opens it later starts
+// above every clock handed out before: the end clocks' counter writes
+// carry the value, and the open scans the counters once.
+func TestClockOwnedAcrossReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var last int64
+	for round := range 3 {
+		db, err := engine.Open(engine.Config{Dir: dir, EpochInterval: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
+			t.Fatal(err)
+		}
+		c, err := newClock(ctx, db, DefaultNamespace, ClockConfig{Counters: 3, ScanEvery: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.owned {
+			t.Fatal("a clock on the engine does not take the exclusive path")
+		}
+		for range 5 + round {
+			b, err := c.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b <= last {
+				t.Fatalf("reopen %d: begin clock %d after end clock %d returned", round, b, last)
+			}
+			if last, err = c.End(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A durable commit after the last end clock, as a logged request
+		// would be, so the counter writes are durable too.
+		if err := db.Put(ctx, &storage.Put{Namespace: DefaultNamespace, Table: tMeta, Partition: storage.Values{"name": storage.Text("probe")},
+			Values: storage.Values{"value": storage.Text("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

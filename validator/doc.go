@@ -67,6 +67,25 @@
 // skip the scan: an end clock that is too small could make two
 // overlapping transactions look ordered.
 //
+// One process. On a database no other process can reach while it is open
+// (storage.Exclusive: the embedded engine locks its directory), every
+// Clock of the process on that database and namespace shares one value s,
+// the highest clock value written or read: at open it is raised to the
+// counters' maximum (one scan), and an end clock raises it to e only after
+// its counter write of e is done. No clock then scans: a begin clock is
+// s + 1 and an end clock is s + 1 (read inside its coalesced run) with the
+// counter write as before. The three properties hold with "the scan" read
+// as "the read of s", because s never decreases and is raised by every
+// end clock before its ExecuteRequest returns: if T_j's end read came
+// after T_i's begin read it saw at least b_i − 1, so e_j ≥ b_i; if T_i's
+// end read did not come before T_j's begin read, e_i ≥ b_j; and if T_i
+// returned before T_j's begin read, s held e_i, so b_j > e_i. Only the
+// next process to open the database needs the counters: s never exceeds
+// what some counter was written with before, and a logged b or e is
+// durable only after that write (below), so the open's scan starts above
+// every clock a durable log row carries. A Validator on a database other
+// processes share (PostgreSQL) must scan, as above.
+//
 // The clock reads and writes through the backend's unsynced view
 // (storage.Unsynced), without waiting for durability: a clock value
 // matters only inside the log rows that carry it, and those are written
