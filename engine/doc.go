@@ -107,7 +107,9 @@
 // records the epochs above D that appear in the logs as void in the
 // catalog, so those records are never applied later. The catalog
 // (catalog.json, replaced atomically by each DDL) holds schemas under
-// table ids that are never reused.
+// table ids that are never reused. An open engine holds the lock on LOCK
+// (lockDir): a second Open of the directory, from this process or
+// another, fails with ErrLocked before it reads any of these files.
 //
 // # Limits and what is not done
 //

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -73,7 +74,9 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.Stdout.WriteString("open\n")
-		select {} // until killed
+		// Until killed; a child its parent failed to kill still exits.
+		time.Sleep(2 * time.Minute)
+		t.Fatal("the helper was not killed")
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenLockedByAnotherProcess$")

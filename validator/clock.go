@@ -94,12 +94,11 @@ func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig)
 		c.seen = x.Shared(sharedSeen{ns}, func() any { return new(atomic.Int64) }).(*atomic.Int64)
 	}
 	c.db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
-	db = c.db
 	part := storage.Values{"bucket": storage.Text(clockBucket)}
 	c.scan = &storage.Scan{Namespace: ns, Table: tClock, Partition: part, Projection: []string{"value"}}
 	for i := range cfg.Counters {
 		c.slots = append(c.slots, storage.Values{"counter": storage.BigInt(int64(i))})
-		err := db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: part,
+		err := c.db.Put(ctx, &storage.Put{Namespace: ns, Table: tClock, Partition: part,
 			Clustering: c.slots[i], Values: storage.Values{"value": storage.BigInt(0)},
 			Condition: storage.IfNotExists()})
 		if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
