@@ -15,11 +15,11 @@ type ClockConfig struct {
 	// Counters is K, the counter records the clock table holds. Callers
 	// are spread over them round-robin; fewer counters mean shorter scans
 	// and more writers per counter. 0 means 4: every clock scans all K,
-	// and on the engine a begin and end clock cost about 14, 22 and 40 µs
-	// of CPU at K=1, 4 and 16 with 64 concurrent callers (one counter
-	// write is shorter than the scan, so contention cost little even at
-	// K=1); K=4 keeps some spread for many processes on a remote
-	// database.
+	// and a begin and end clock cost about 14, 22 and 40 µs of CPU at
+	// K=1, 4 and 16 with 64 concurrent callers (measured on the engine
+	// when its clocks still scanned; one counter write is shorter than
+	// the scan, so contention cost little even at K=1); K=4 keeps some
+	// spread for many processes on a remote database.
 	Counters int
 	// ScanEvery is N: a begin clock scans the table only every Nth time
 	// and otherwise takes one more than the highest value this process has
@@ -61,9 +61,10 @@ type Clock struct {
 	// the process on that database and namespace shares (see owned).
 	seen *atomic.Int64
 	// owned: the database is storage.Exclusive, so every counter write is
-	// made through a Clock sharing seen, and clocks are taken from seen
-	// without scanning the table (see doc.go).
+	// made through a Clock sharing seen and held, and clocks are taken
+	// from seen without scanning the table (see doc.go).
 	owned bool
+	held  *reservation // on an exclusive database; shared like seen
 	// scan reads every counter and slots[i] is counter i's clustering key:
 	// built once, as backends only read a request.
 	scan  *storage.Scan
@@ -83,15 +84,36 @@ type raise struct {
 	expr [1]storage.Expr
 }
 
-// sharedSeen is the key of an exclusive database's shared seen value for
+// sharedSeen is the key of an exclusive database's shared clock state for
 // one namespace (storage.Exclusive.Shared).
 type sharedSeen struct{ ns string }
+
+// ownedState is what the Clocks of one process share on an exclusive
+// database and namespace.
+type ownedState struct {
+	seen atomic.Int64
+	held reservation
+}
+
+// reservation is, on an exclusive database, the value the counters were
+// last raised to: clocks up to it are handed out with no write, and seen
+// never exceeds it (see doc.go, "One process").
+type reservation struct {
+	mu  sync.Mutex // serializes the counter writes that raise top
+	top atomic.Int64
+}
+
+// reserveAhead is how far past the clock that needs it a reservation
+// reaches: one counter write per reserveAhead end clocks. A reopened
+// database starts at the last reservation, so up to this many values are
+// never used, which costs nothing.
+const reserveAhead = 1 << 12
 
 func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
 	c := &Clock{ns: ns, cfg: cfg, seen: new(atomic.Int64)}
 	if x, ok := db.(storage.Exclusive); ok {
-		c.owned = true
-		c.seen = x.Shared(sharedSeen{ns}, func() any { return new(atomic.Int64) }).(*atomic.Int64)
+		st := x.Shared(sharedSeen{ns}, func() any { return new(ownedState) }).(*ownedState)
+		c.owned, c.seen, c.held = true, &st.seen, &st.held
 	}
 	c.db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
 	part := storage.Values{"bucket": storage.Text(clockBucket)}
@@ -107,11 +129,15 @@ func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig)
 	}
 	if c.owned {
 		// What the counters hold from before this process opened the
-		// database (recovered), or from Clocks that wrote them before.
+		// database (recovered), or the reservation of Clocks that opened
+		// it before in this process.
 		m, err := c.latest(ctx)
 		if err != nil {
 			return nil, err
 		}
+		c.held.mu.Lock()
+		c.held.top.Store(max(c.held.top.Load(), m))
+		c.held.mu.Unlock()
 		c.see(m)
 	}
 	return c, nil
@@ -145,25 +171,74 @@ func (c *Clock) begin(ctx context.Context) (int64, error) {
 
 // End returns an end time, to be taken after the reply arrived: it scans
 // every counter, takes max + 1 and raises one counter (round-robin) to it.
-// On an exclusive database it takes one more than the highest value the
-// process has seen instead of scanning, and still raises a counter, which
-// carries the value to disk and to the next process to open the database.
 // Callers that arrive while another end clock is being taken share the
 // next one (see coalescer).
 // The backends retry a lone write's conflicts a few times; on PostgreSQL
 // (SERIALIZABLE) many callers raising the same counter can outlast that,
 // so the write, which is idempotent, is retried here as the scan is.
-func (c *Clock) End(ctx context.Context) (int64, error) { return c.ends.do(ctx, c.end) }
+//
+// On an exclusive database an end clock is one more than the highest value
+// the process has seen, and raises that value: no scan, no coalescing. A
+// counter is written only once every reserveAhead clocks, to reserve the
+// next ones; it carries the clock to disk and to the next process to open
+// the database (see doc.go).
+func (c *Clock) End(ctx context.Context) (int64, error) {
+	if c.owned {
+		return c.endOwned(ctx)
+	}
+	return c.ends.do(ctx, c.end)
+}
 
-func (c *Clock) end(ctx context.Context) (int64, error) {
-	latest := c.seen.Load()
-	if !c.owned {
-		var err error
-		if latest, err = c.latest(ctx); err != nil {
-			return 0, err
+func (c *Clock) endOwned(ctx context.Context) (int64, error) {
+	for {
+		s := c.seen.Load()
+		t := s + 1
+		if t > c.held.top.Load() {
+			if err := c.reserve(ctx, t); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if c.seen.CompareAndSwap(s, t) {
+			return t, nil
 		}
 	}
+}
+
+// reserve raises a counter to t + reserveAhead − 1 unless the reservation
+// already covers t, and only then lets clocks up to it be handed out.
+func (c *Clock) reserve(ctx context.Context, t int64) error {
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	if t <= c.held.top.Load() {
+		return nil // another caller reserved it meanwhile
+	}
+	top := t + reserveAhead - 1
+	if err := c.raise(ctx, top); err != nil {
+		return err
+	}
+	c.held.top.Store(top)
+	return nil
+}
+
+func (c *Clock) end(ctx context.Context) (int64, error) {
+	latest, err := c.latest(ctx)
+	if err != nil {
+		return 0, err
+	}
 	t := latest + 1
+	if err := c.raise(ctx, t); err != nil {
+		return 0, err
+	}
+	// Only now does a counter hold t: a ScanEvery begin clock built on a
+	// value no counter holds could miss an overlap.
+	c.see(t)
+	return t, nil
+}
+
+// raise writes t to the next counter (round-robin) unless it holds t or
+// more already.
+func (c *Clock) raise(ctx context.Context, t int64) error {
 	slot := c.next.Add(1) % uint64(c.cfg.Counters)
 	r, ok := c.raises.Get().(*raise)
 	if !ok {
@@ -177,12 +252,9 @@ func (c *Clock) end(ctx context.Context) (int64, error) {
 	// ErrConditionNotMet: another caller already raised the counter past
 	// t, which a scan will see as well.
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
-		return 0, fmt.Errorf("validator: advancing the clock: %w", err)
+		return fmt.Errorf("validator: advancing the clock: %w", err)
 	}
-	// Only now does a counter hold t: a ScanEvery begin clock built on a
-	// value no counter holds could miss an overlap.
-	c.see(t)
-	return t, nil
+	return nil
 }
 
 // see raises the highest value this process has read or written to t.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage"
 )
@@ -178,15 +180,18 @@ func TestCoalescerRunsAfterArrival(t *testing.T) {
 }
 
 // TestClockOwnedAcrossReopen checks that on an exclusive database, which
-// no clock scans while it is open, a process that opens it later starts
-// above every clock handed out before: the end clocks' counter writes
-// carry the value, and the open scans the counters once.
+// no clock scans while it is open, a process that opens it after a crash
+// starts above every clock handed out before and carried by a durable
+// row: the reservations' counter writes carry the value, and the open
+// scans the counters once. Each life takes more end clocks than one
+// reservation covers, and the crash keeps only what was synced, up to a
+// durable commit made after the last clock, as a logged request would be.
 func TestClockOwnedAcrossReopen(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	fs := vfs.NewCrashableMem()
 	var last int64
-	for round := range 3 {
-		db, err := engine.Open(engine.Config{Dir: dir, EpochInterval: 5 * time.Millisecond})
+	for life := range 3 {
+		db, err := engine.Open(engine.Config{Dir: "/v", FS: fs, EpochInterval: 5 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,26 +205,97 @@ func TestClockOwnedAcrossReopen(t *testing.T) {
 		if !c.owned {
 			t.Fatal("a clock on the engine does not take the exclusive path")
 		}
-		for range 5 + round {
+		first := last
+		for range reserveAhead + 5 + life {
 			b, err := c.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if b <= last {
-				t.Fatalf("reopen %d: begin clock %d after end clock %d returned", round, b, last)
+				t.Fatalf("life %d: begin clock %d after end clock %d returned", life, b, last)
 			}
 			if last, err = c.End(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		// A durable commit after the last end clock, as a logged request
-		// would be, so the counter writes are durable too.
-		if err := db.Put(ctx, &storage.Put{Namespace: DefaultNamespace, Table: tMeta, Partition: storage.Values{"name": storage.Text("probe")},
-			Values: storage.Values{"value": storage.Text("x")}}); err != nil {
+		// The counters hold a reservation that covers every clock handed
+		// out and reaches no further than one reservation past the last.
+		top, err := c.latest(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
+		if top < last || top > last+reserveAhead {
+			t.Errorf("life %d: counters hold %d after end clocks %d–%d; want a reservation of at most %d past the last", life, top, first+1, last, reserveAhead)
+		}
+		if err := db.Put(ctx, &storage.Put{Namespace: DefaultNamespace, Table: tMeta, Partition: storage.Values{"name": storage.Text("probe")},
+			Values: storage.Values{"value": storage.Text(fmt.Sprint(last))}}); err != nil {
+			t.Fatal(err)
+		}
+		crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
+		fs = crashed
+	}
+}
+
+// TestClockOwnedConcurrent takes end clocks from many goroutines of one
+// process, through two Clocks on one exclusive database, across several
+// reservations: each caller's end clocks grow, no value is handed out
+// twice (the shared value is raised, never overwritten with an older
+// one), and the counters cover them all.
+func TestClockOwnedConcurrent(t *testing.T) {
+	ctx := context.Background()
+	db := openEngineDB(t)
+	if err := ensureSchema(ctx, db, DefaultNamespace); err != nil {
+		t.Fatal(err)
+	}
+	var clocks [2]*Clock
+	for i := range clocks {
+		c, err := newClock(ctx, db, DefaultNamespace, ClockConfig{Counters: 2, ScanEvery: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clocks[i] = c
+	}
+	const callers, calls = 8, reserveAhead / 2
+	var (
+		mu   sync.Mutex
+		seen = make(map[int64]bool)
+		wg   sync.WaitGroup
+		top  atomic.Int64
+	)
+	for w := range callers {
+		wg.Go(func() {
+			c := clocks[w%2]
+			var prev int64
+			for range calls {
+				e, err := c.End(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if e <= prev {
+					t.Errorf("end clock %d after %d from the same caller", e, prev)
+				}
+				prev = e
+				mu.Lock()
+				if seen[e] {
+					t.Errorf("end clock %d handed out twice", e)
+				}
+				seen[e] = true
+				mu.Unlock()
+				for m := top.Load(); m < e && !top.CompareAndSwap(m, e); m = top.Load() {
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got, err := clocks[0].latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < top.Load() {
+		t.Errorf("counters hold %d; end clocks reached %d", got, top.Load())
 	}
 }

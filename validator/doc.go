@@ -70,21 +70,27 @@
 // One process. On a database no other process can reach while it is open
 // (storage.Exclusive: the embedded engine locks its directory), every
 // Clock of the process on that database and namespace shares one value s,
-// the highest clock value written or read: at open it is raised to the
-// counters' maximum (one scan), and an end clock raises it to e only after
-// its counter write of e is done. No clock then scans: a begin clock is
-// s + 1 and an end clock is s + 1 (read inside its coalesced run) with the
-// counter write as before. The three properties hold with "the scan" read
-// as "the read of s", because s never decreases and is raised by every
-// end clock before its ExecuteRequest returns: if T_j's end read came
-// after T_i's begin read it saw at least b_i − 1, so e_j ≥ b_i; if T_i's
-// end read did not come before T_j's begin read, e_i ≥ b_j; and if T_i
-// returned before T_j's begin read, s held e_i, so b_j > e_i. Only the
-// next process to open the database needs the counters: s never exceeds
-// what some counter was written with before, and a logged b or e is
-// durable only after that write (below), so the open's scan starts above
-// every clock a durable log row carries. A Validator on a database other
-// processes share (PostgreSQL) must scan, as above.
+// the highest clock value handed out or read, and a reservation r, the
+// value the counters were last raised to. At open both are raised to the
+// counters' maximum (one scan). No clock then scans: a begin clock is
+// s + 1 and writes nothing; an end clock raises s by one and is the new
+// value. s never passes r: an end clock that would is handed out only
+// after a counter write of r' = s + 1 + reserveAhead − 1 is done and r has
+// become r', so a counter is written once every reserveAhead end clocks.
+// The three properties hold with "the scan" read as "the read of s",
+// because s never decreases and is raised by every end clock before its
+// ExecuteRequest returns: if T_j's end read came after T_i's begin read it
+// saw at least b_i − 1, so e_j ≥ b_i; if T_i's end read did not come
+// before T_j's begin read, e_i ≥ b_j; and if T_i returned before T_j's
+// begin read, s held e_i, so b_j > e_i. Only the next process to open the
+// database needs the counters: every e and every b − 1 handed out is at
+// most a reservation some counter was written with before, and a logged b
+// or e is durable only after that write (below), so the open's scan starts
+// at or above every b − 1 and every e that a durable log row carries, and
+// the clocks it hands out are above those e. Values between the last
+// clock handed out and the reservation are skipped after a reopen, which
+// only leaves gaps. A Validator on a database other processes share
+// (PostgreSQL) must scan, as above.
 //
 // The clock reads and writes through the backend's unsynced view
 // (storage.Unsynced), without waiting for durability: a clock value
@@ -115,7 +121,9 @@
 // database one durable commit (the request), two writes that wait for no
 // fsync (the outcome and a clock counter) and two clock scans, the scans
 // and the counter write fewer when concurrent callers share them; on
-// PostgreSQL every commit is durable.
+// PostgreSQL every commit is durable. On an exclusive database (the
+// engine) no clock scans and a counter write serves reserveAhead end
+// clocks (above).
 //
 // # Validation (Algorithm 2), and strict serializability
 //
