@@ -267,6 +267,18 @@ func (c *Clock) see(t int64) {
 	}
 }
 
+// current returns a clock value at least every end clock handed out
+// before the call and below every end clock asked for after it returns,
+// which validation's horizon relies on: on an exclusive database the
+// shared value (not the counters, whose reservation runs ahead of it);
+// elsewhere the highest counter.
+func (c *Clock) current(ctx context.Context) (int64, error) {
+	if c.owned {
+		return c.seen.Load(), nil
+	}
+	return c.latest(ctx)
+}
+
 // latest returns the highest value any counter holds. Like scanRows, it
 // retries a retryable failure while the rows stream.
 func (c *Clock) latest(ctx context.Context) (int64, error) {

@@ -218,6 +218,12 @@ func TestClockOwnedAcrossReopen(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Validation's horizon is the last clock handed out, not the
+		// reservation: a transaction that ends after the horizon was
+		// read must end above it.
+		if cur, err := c.current(ctx); err != nil || cur != last {
+			t.Errorf("life %d: current clock %d (%v) after end clock %d", life, cur, err, last)
+		}
 		// The counters hold a reservation that covers every clock handed
 		// out and reaches no further than one reservation past the last.
 		top, err := c.latest(ctx)

@@ -49,10 +49,10 @@ func (v *Validator) loadListed(ctx context.Context, out []*Tx, s *storage.Scan) 
 	return out, nil
 }
 
-// scanPending reads the clock's latest value, then every pending
+// scanPending reads the clock's current value, then every pending
 // transaction.
 func (v *Validator) scanPending(ctx context.Context) (int64, []*Tx, error) {
-	horizon, err := v.clock.latest(ctx)
+	horizon, err := v.clock.current(ctx)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -456,7 +456,7 @@ func (r *run) graphNodes() ([]*gnode, error) {
 	}
 	// Validated transactions that overlap: those that ended at or after
 	// lo; widen lo to the earliest begin among them until it is stable.
-	hi, err := r.v.clock.latest(r.ctx)
+	hi, err := r.v.clock.current(r.ctx)
 	if err != nil {
 		return nil, err
 	}
