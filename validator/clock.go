@@ -57,8 +57,9 @@ type Clock struct {
 	next atomic.Uint64 // round-robin over the counters
 	ops  atomic.Uint64 // begin clocks taken, for ScanEvery
 	// seen is the highest value this process has read or written: the
-	// Clock's own, or, on an exclusive database, the one every Clock of
-	// the process on that database and namespace shares (see owned).
+	// Clock's own, or, on an exclusive database, the highest it has read
+	// at open or handed out, which every Clock of the process on that
+	// database and namespace shares (see owned).
 	seen *atomic.Int64
 	// owned: the database is storage.Exclusive, so every counter write is
 	// made through a Clock sharing seen and held, and clocks are taken
@@ -84,9 +85,9 @@ type raise struct {
 	expr [1]storage.Expr
 }
 
-// sharedSeen is the key of an exclusive database's shared clock state for
+// ownedKey is the key of an exclusive database's shared clock state for
 // one namespace (storage.Exclusive.Shared).
-type sharedSeen struct{ ns string }
+type ownedKey struct{ ns string }
 
 // ownedState is what the Clocks of one process share on an exclusive
 // database and namespace.
@@ -112,7 +113,7 @@ const reserveAhead = 1 << 12
 func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
 	c := &Clock{ns: ns, cfg: cfg, seen: new(atomic.Int64)}
 	if x, ok := db.(storage.Exclusive); ok {
-		st := x.Shared(sharedSeen{ns}, func() any { return new(ownedState) }).(*ownedState)
+		st := x.Shared(ownedKey{ns}, func() any { return new(ownedState) }).(*ownedState)
 		c.owned, c.seen, c.held = true, &st.seen, &st.held
 	}
 	c.db = storage.Unsynced(db) // see doc.go: the log rows carry the clock to disk
