@@ -126,9 +126,10 @@ func Unsynced(b Store) Store {
 // every write to it is made through this process. Shared returns the value
 // kept under key for as long as the backend is open, made by mk on first
 // use: callers in the process that must agree on some state of the
-// database meet there. The Validator's clock keeps the highest clock value
-// handed out there, which on such a database is all it needs to read (see
-// package validator). A backend other processes can reach — a server, a
+// database meet there. The Validator's clocks keep there the highest clock
+// value handed out, which on such a database is all they need to read,
+// and how far the clock counters were raised ahead of it (see package
+// validator). A backend other processes can reach — a server, a
 // shared directory — must not implement it.
 type Exclusive interface {
 	Shared(key any, mk func() any) any

@@ -170,7 +170,8 @@
 //
 // A run reads the clock's current value H (the highest counter; on an
 // exclusive database the shared value s, not the reservation, which runs
-// ahead of the clocks handed out), then the pending transactions. It validates those that ended at or before H and before the
+// ahead of the clocks handed out), then the pending transactions. It
+// validates those that ended at or before H and before the
 // earliest still-unresolved one began; the others wait, and so does any
 // transaction that read a version a waiting one wrote (an unresolved
 // transaction is never treated as absent). A transaction the pending scan
