@@ -440,7 +440,8 @@ func (t *table) rangeParts(fn func(*partition) bool) {
 
 // encodePartition encodes a checked partition key.
 func (t *table) encodePartition(vals storage.Values) string {
-	var b []byte
+	var buf [128]byte // most keys fit: one allocation, the string
+	b := buf[:0]
 	for _, c := range t.schema.PartitionKey {
 		b = appendKeyValue(b, vals[c.Name], false)
 	}
@@ -449,7 +450,8 @@ func (t *table) encodePartition(vals storage.Values) string {
 
 // encodeClustering encodes a checked clustering key, or a bound's prefix.
 func (t *table) encodeClustering(vals storage.Values) string {
-	var b []byte
+	var buf [128]byte
+	b := buf[:0]
 	for _, c := range t.schema.ClusteringKey {
 		v, ok := vals[c.Name]
 		if !ok {

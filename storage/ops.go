@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -255,28 +256,38 @@ func (t *Table) checkValue(op, col string, want DataType, v Value, lim Limits) e
 	return nil
 }
 
+// keyColumn is a column of a partition or clustering key.
+type keyColumn interface {
+	Column | ClusteringColumn
+	nameType() (string, DataType)
+}
+
+func (c Column) nameType() (string, DataType)           { return c.Name, c.Type }
+func (c ClusteringColumn) nameType() (string, DataType) { return c.Name, c.Type }
+
 // checkKeyPart checks that vals holds exactly the given key columns.
-func (t *Table) checkKeyPart(op, part string, cols []Column, vals Values) (int, error) {
+func checkKeyPart[C keyColumn](t *Table, op, part string, cols []C, vals Values) (int, error) {
 	size := 0
 	for _, c := range cols {
-		v, ok := vals[c.Name]
+		name, typ := c.nameType()
+		v, ok := vals[name]
 		if !ok {
-			return 0, t.fail(ErrInvalidKey, op, c.Name, "missing "+part+"-key column")
+			return 0, t.fail(ErrInvalidKey, op, name, "missing "+part+"-key column")
 		}
 		if v.IsNull() {
-			return 0, t.fail(ErrInvalidKey, op, c.Name, "key columns cannot be NULL")
+			return 0, t.fail(ErrInvalidKey, op, name, "key columns cannot be NULL")
 		}
-		if v.typ != c.Type {
-			return 0, t.fail(ErrTypeMismatch, op, c.Name, fmt.Sprintf("got %v, column is %v", v.typ, c.Type))
+		if v.typ != typ {
+			return 0, t.fail(ErrTypeMismatch, op, name, fmt.Sprintf("got %v, column is %v", v.typ, typ))
 		}
 		if msg := v.checkContent(); msg != "" {
-			return 0, t.fail(ErrInvalidValue, op, c.Name, msg)
+			return 0, t.fail(ErrInvalidValue, op, name, msg)
 		}
 		size += v.Size()
 	}
 	if len(vals) != len(cols) {
 		for name := range vals {
-			if !hasColumn(cols, name) {
+			if !slices.ContainsFunc(cols, func(c C) bool { n, _ := c.nameType(); return n == name }) {
 				return 0, t.fail(ErrInvalidKey, op, name, "not a "+part+"-key column")
 			}
 		}
@@ -284,31 +295,14 @@ func (t *Table) checkKeyPart(op, part string, cols []Column, vals Values) (int, 
 	return size, nil
 }
 
-func hasColumn(cols []Column, name string) bool {
-	for _, c := range cols {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-func (t *Table) clusteringColumns() []Column {
-	out := make([]Column, len(t.ClusteringKey))
-	for i, c := range t.ClusteringKey {
-		out[i] = Column{c.Name, c.Type}
-	}
-	return out
-}
-
 // CheckKey validates a full primary key: every partition and clustering
 // column present with the right type, nothing extra, within MaxKeySize.
 func (t *Table) CheckKey(op string, partition, clustering Values, lim Limits) error {
-	ps, err := t.checkKeyPart(op, "partition", t.PartitionKey, partition)
+	ps, err := checkKeyPart(t, op, "partition", t.PartitionKey, partition)
 	if err != nil {
 		return err
 	}
-	cs, err := t.checkKeyPart(op, "clustering", t.clusteringColumns(), clustering)
+	cs, err := checkKeyPart(t, op, "clustering", t.ClusteringKey, clustering)
 	if err != nil {
 		return err
 	}
@@ -339,7 +333,7 @@ func (t *Table) CheckGet(g *Get, lim Limits) error {
 // of the clustering key), order, limit and projection.
 func (t *Table) CheckScan(s *Scan, lim Limits) error {
 	const op = "scan"
-	ps, err := t.checkKeyPart(op, "partition", t.PartitionKey, s.Partition)
+	ps, err := checkKeyPart(t, op, "partition", t.PartitionKey, s.Partition)
 	if err != nil {
 		return err
 	}

@@ -100,8 +100,8 @@ func (lr *logRequests) requestPut(t *Tx) *storage.Put {
 	p, r := &lr.request, &t.Request
 	p.Partition["nonce"] = storage.Text(r.Nonce)
 	vs := p.Values
-	vs["contract"], vs["argument"] = storage.Text(r.ContractID), storage.Blob(r.Argument)
-	vs["entity"], vs["key_version"], vs["signature"] = storage.Text(r.Entity), storage.BigInt(int64(r.KeyVersion)), storage.Blob(r.Signature)
+	vs["contract"], vs["argument"] = storage.Text(r.ContractID), storage.BlobString(view(r.Argument))
+	vs["entity"], vs["key_version"], vs["signature"] = storage.Text(r.Entity), storage.BigInt(int64(r.KeyVersion)), storage.BlobString(view(r.Signature))
 	vs["begin_clock"], vs["logged_at"] = storage.BigInt(t.Begin), storage.BigInt(t.LoggedAt)
 	vs["status"], vs["validated"] = storage.Text(string(StatusInDoubt)), storage.BigInt(0)
 	return p
@@ -126,7 +126,7 @@ func (lr *logRequests) outcomePut(t *Tx) *storage.Put {
 		return p
 	}
 	vs["input"], vs["writes"] = encMap(t.Receipt.Input), encMap(t.Receipt.Writes)
-	vs["result"], vs["receipt_sig"] = storage.Text(string(t.Receipt.Result)), storage.Blob(t.Receipt.Signature)
+	vs["result"], vs["receipt_sig"] = storage.Text(view(t.Receipt.Result)), storage.BlobString(view(t.Receipt.Signature))
 	vs["proofs"] = storage.Text(jsonText(proofsSize(t.Proofs), func(b []byte) []byte { return appendProofs(b, t.Proofs) }))
 	return p
 }
