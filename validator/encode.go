@@ -19,8 +19,7 @@ import (
 // size (an estimate) and handed over as a string without a copy: nothing
 // writes the buffer once appendTo returns.
 func jsonText(size int, appendTo func([]byte) []byte) string {
-	b := appendTo(make([]byte, 0, size))
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return view(appendTo(make([]byte, 0, size)))
 }
 
 // view returns b's bytes as a string without a copy, for the columns of a
