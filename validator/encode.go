@@ -25,8 +25,10 @@ func jsonText(size int, appendTo func([]byte) []byte) string {
 // view returns b's bytes as a string without a copy, for the columns of a
 // logged request or outcome: the backend reads a put's values before the
 // put returns and keeps none of them (package storage), and nothing writes
-// a request's or a reply's bytes once they are made. A copy of each was
-// four allocations per logged transaction.
+// the request's or the reply's bytes while ExecuteRequest runs. A caller
+// may reuse its buffers afterwards: the pooled logRequests still hold the
+// views then, but never read them before the next refill overwrites them.
+// A copy of each was four allocations per logged transaction.
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // proofsSize estimates the encoded size of ps.
