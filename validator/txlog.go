@@ -88,14 +88,17 @@ var (
 func newLogRequests(ns string) *logRequests {
 	nonce := func() storage.Values { return make(storage.Values, 1) }
 	return &logRequests{
-		request: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 9), Condition: notLogged},
+		request: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 9), Condition: notLogged, Deferred: true},
 		pending: storage.Put{Namespace: ns, Table: tPending, Partition: make(storage.Values, 1), Clustering: make(storage.Values, 2)},
 		outcome: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 8), Condition: notStamped},
 	}
 }
 
 // requestPut logs t's request, on condition that its nonce is not logged
-// yet; pendingPut lists it as pending, under its begin clock.
+// yet; pendingPut lists it as pending, under its begin clock. The condition
+// is deferred: a backend that queues writes (PostgreSQL) then sends both
+// rows and the commit in one round trip instead of two, and a nonce
+// already logged fails the commit, so neither row is written.
 func (lr *logRequests) requestPut(t *Tx) *storage.Put {
 	p, r := &lr.request, &t.Request
 	p.Partition["nonce"] = storage.Text(r.Nonce)
