@@ -30,7 +30,7 @@
 // AND-joined (=, <>, <, <=, >, >=, IS NULL, IS NOT NULL) that also requires
 // the row to exist — evaluated atomically with the write. A comparison with a
 // NULL column is false, as in SQL. A condition that does not hold returns
-// ErrConditionNotMet and writes nothing. In a transaction, an IfNotExists
+// ErrConditionNotMet and writes nothing. In a transaction, a conditional
 // Put may be Deferred: its failure may then come from a later call or
 // Commit, and ends the transaction (a backend that queues writes sends it
 // without a round trip of its own).

@@ -55,14 +55,14 @@ type Put struct {
 	Clustering       Values
 	Values           Values     // value columns to set; Null() sets NULL
 	Condition        *Condition // nil writes unconditionally
-	// Deferred, with IfNotExists in a transaction, lets the backend
-	// report that the row exists when the transaction next reaches its
-	// server, or at Commit, rather than from Put: a backend that queues
-	// writes can then send this one with what follows, where an answer
-	// now costs a round trip of its own. A deferred failure ends the
-	// transaction with ErrConditionNotMet, and none of its writes commit.
-	// A single Put, outside a transaction, answers at once. Deferred with
-	// another condition, or none, is ErrInvalidArgument.
+	// Deferred, with a condition in a transaction, lets the backend
+	// report that the condition does not hold when the transaction next
+	// reaches its server, or at Commit, rather than from Put: a backend
+	// that queues writes can then send this one with what follows, where
+	// an answer now costs a round trip of its own. A deferred failure ends
+	// the transaction with ErrConditionNotMet, and none of its writes
+	// commit. A single Put, outside a transaction, answers at once.
+	// Deferred without a condition is ErrInvalidArgument.
 	Deferred bool
 }
 
@@ -474,8 +474,8 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 	if total > lim.MaxWriteSize {
 		return t.fail(ErrTooLarge, op, "", fmt.Sprintf("put of %d bytes, limit %d", total, lim.MaxWriteSize))
 	}
-	if p.Deferred && (p.Condition == nil || p.Condition.Kind != CondIfNotExists) {
-		return t.fail(ErrInvalidArgument, op, "", "Deferred takes the IfNotExists condition")
+	if p.Deferred && p.Condition == nil {
+		return t.fail(ErrInvalidArgument, op, "", "Deferred takes a condition")
 	}
 	return t.checkCondition(op, p.Condition, lim)
 }

@@ -125,6 +125,24 @@
 // engine) no clock scans and a counter write serves reserveAhead end
 // clocks (above).
 //
+// # Group commit on a shared database
+//
+// On a database other processes share (PostgreSQL), where every commit is
+// a round trip to the server and a WAL flush, concurrent callers' log
+// writes are committed in groups: the requests that callers log while one
+// group of requests commits wait, and go in the next transaction together,
+// and likewise the outcomes. A caller alone commits at once. Both the
+// request's condition (not logged yet) and the outcome's (not stamped
+// yet) are Deferred, so a group of n costs one round trip rather than n,
+// and one WAL flush. Grouping changes no promise: a caller's writes are in
+// exactly one committed transaction when its call returns. If a group
+// fails (a member's nonce is already logged, or Recover stamped a
+// member's transaction first), nothing of it was written, and each member
+// commits on its own, so only that member fails; after a commit whose
+// outcome is unknown every member gets that error, as it would alone. The
+// engine does not group: its commits are already grouped by its epochs,
+// and a hand-off between callers there only adds a wait.
+//
 // # Validation (Algorithm 2), and strict serializability
 //
 // Validate covers every logged transaction not yet validated, in one pass:

@@ -3,8 +3,11 @@ package validator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +78,23 @@ func openPostgresDB(t *testing.T) storage.Backend {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// eachDB runs fn on an engine Validator database and, in a namespace of
+// its own, on PostgreSQL.
+func eachDB(t *testing.T, fn func(t *testing.T, db storage.Backend, ns string)) {
+	t.Run("engine", func(t *testing.T) { fn(t, openEngineDB(t), DefaultNamespace) })
+	t.Run("postgres", func(t *testing.T) {
+		fn(t, openPostgresDB(t), fmt.Sprintf("%s_%d", strings.ToLower(strings.Map(nameRune, t.Name()[:min(len(t.Name()), 24)])), rand.Uint64()))
+	})
+}
+
+// nameRune keeps what a namespace name may hold and maps the rest to _.
+func nameRune(r rune) rune {
+	if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+		return r
+	}
+	return '_'
 }
 
 func openValidator(t *testing.T, db storage.Backend, ns string, c *client.Client, clock ClockConfig) *Validator {

@@ -90,7 +90,7 @@ func newLogRequests(ns string) *logRequests {
 	return &logRequests{
 		request: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 9), Condition: notLogged, Deferred: true},
 		pending: storage.Put{Namespace: ns, Table: tPending, Partition: make(storage.Values, 1), Clustering: make(storage.Values, 2)},
-		outcome: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 8), Condition: notStamped},
+		outcome: storage.Put{Namespace: ns, Table: tTxs, Partition: nonce(), Values: make(storage.Values, 8), Condition: notStamped, Deferred: true},
 	}
 }
 

@@ -106,6 +106,11 @@ type Validator struct {
 	// outcomes is the view outcomes are logged through: the database's
 	// unsynced view if it has one (see doc.go, "Durability of the log").
 	outcomes storage.Store
+	// requests and stamps commit the requests, and the outcomes, that
+	// concurrent callers log, grouped, on a database other processes
+	// share (see doc.go, "Group commit on a shared database"); nil on an
+	// exclusive one.
+	requests, stamps *committer
 
 	contracts sync.Map  // contract id → ledger.Contract
 	logs      sync.Pool // spent *logRequests, for reuse
@@ -122,6 +127,9 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 		return nil, err
 	}
 	v := &Validator{cfg: cfg, db: cfg.DB, ns: cfg.Namespace, c: cfg.Client, key: cfg.LedgerKey, outcomes: storage.Unsynced(cfg.DB)}
+	if _, ok := cfg.DB.(storage.Exclusive); !ok {
+		v.requests, v.stamps = &committer{db: cfg.DB}, &committer{db: cfg.DB}
+	}
 	if v.clock, err = newClock(ctx, cfg.DB, cfg.Namespace, cfg.Clock); err != nil {
 		return nil, err
 	}
@@ -242,12 +250,12 @@ func (v *Validator) logRequests() *logRequests {
 func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 	lr := v.logRequests()
 	defer v.logs.Put(lr)
-	err := storage.Update(ctx, v.db, func(tx storage.Txn) error {
-		if err := tx.Put(ctx, lr.requestPut(t)); err != nil {
-			return err
-		}
-		return tx.Put(ctx, lr.pendingPut(t))
-	})
+	var err error
+	if v.requests != nil {
+		err = v.requests.do(ctx, lr.requestPut(t), lr.pendingPut(t))
+	} else {
+		err = commitPuts(ctx, v.db, lr.requestPut(t), lr.pendingPut(t))
+	}
 	if errors.Is(err, storage.ErrConditionNotMet) {
 		return fmt.Errorf("%w: nonce %s is already logged", ledger.ErrNonceReused, t.Request.Nonce)
 	}
@@ -266,7 +274,11 @@ func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	}
 	t.End = end
 	lr := v.logRequests()
-	err = v.outcomes.Put(ctx, lr.outcomePut(t))
+	if v.stamps != nil {
+		err = v.stamps.do(ctx, lr.outcomePut(t))
+	} else {
+		err = v.outcomes.Put(ctx, lr.outcomePut(t))
+	}
 	v.logs.Put(lr)
 	if !errors.Is(err, storage.ErrConditionNotMet) {
 		if err != nil {

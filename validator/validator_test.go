@@ -123,64 +123,55 @@ func TestLogRequestsRefilled(t *testing.T) {
 // condition is deferred to the commit, so this is also the test that a
 // deferred failure rolls back the unvalidated-list row sent with it.
 func TestLoggedNonceRefused(t *testing.T) {
-	for _, backend := range []string{"engine", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			ctx := context.Background()
-			srv := startLedger(t)
-			c := dialLedger(t, srv.Addr(), "alice")
-			var db storage.Backend
-			ns := ""
-			if backend == "engine" {
-				db = openEngineDB(t)
-			} else {
-				db, ns = openPostgresDB(t), fmt.Sprintf("nonce_%d", rand.Uint64())
+	eachDB(t, func(t *testing.T, db storage.Backend, ns string) {
+		ctx := context.Background()
+		srv := startLedger(t)
+		c := dialLedger(t, srv.Addr(), "alice")
+		v := openValidator(t, db, ns, c, ClockConfig{})
+		if _, err := v.Execute(ctx, "builtin.bulk_load", []byte(`{"prefix":"k","first":0,"count":1,"payload":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.NewRequest("builtin.ycsb_f", []byte(`{"id":"k0","payload":"p"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.ExecuteRequest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		before, err := v.loadTx(ctx, r.Nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.ExecuteRequest(ctx, r)
+		if !errors.Is(err, ledger.ErrNonceReused) || !strings.Contains(err.Error(), "already logged") {
+			t.Fatalf("second ExecuteRequest: %v, want ErrNonceReused (already logged)", err)
+		}
+		after, err := v.loadTx(ctx, r.Nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Begin != before.Begin || after.End != before.End || after.Status != StatusCommitted {
+			t.Fatalf("logged transaction changed: %+v, was %+v", after, before)
+		}
+		listed := 0
+		rows, err := db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tPending,
+			Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(r.Nonce))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			if rows.Row()["nonce"].AsText() == r.Nonce {
+				listed++
 			}
-			v := openValidator(t, db, ns, c, ClockConfig{})
-			if _, err := v.Execute(ctx, "builtin.bulk_load", []byte(`{"prefix":"k","first":0,"count":1,"payload":"x"}`)); err != nil {
-				t.Fatal(err)
-			}
-			r, err := c.NewRequest("builtin.ycsb_f", []byte(`{"id":"k0","payload":"p"}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := v.ExecuteRequest(ctx, r); err != nil {
-				t.Fatal(err)
-			}
-			before, err := v.loadTx(ctx, r.Nonce)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = v.ExecuteRequest(ctx, r)
-			if !errors.Is(err, ledger.ErrNonceReused) || !strings.Contains(err.Error(), "already logged") {
-				t.Fatalf("second ExecuteRequest: %v, want ErrNonceReused (already logged)", err)
-			}
-			after, err := v.loadTx(ctx, r.Nonce)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if after.Begin != before.Begin || after.End != before.End || after.Status != StatusCommitted {
-				t.Fatalf("logged transaction changed: %+v, was %+v", after, before)
-			}
-			listed := 0
-			rows, err := db.Scan(ctx, &storage.Scan{Namespace: v.ns, Table: tPending,
-				Partition: storage.Values{"bucket": storage.BigInt(pendingBucket(r.Nonce))}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				if rows.Row()["nonce"].AsText() == r.Nonce {
-					listed++
-				}
-			}
-			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-				t.Fatal(err)
-			}
-			if listed != 1 {
-				t.Fatalf("the unvalidated list holds %s %d times, want once", r.Nonce, listed)
-			}
-			if rep := validate(t, v, Scope{CrossCheck: true}); !rep.OK() || rep.Validated != 2 {
-				t.Fatalf("validation after the refused replay: %+v", rep)
-			}
-		})
-	}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if listed != 1 {
+			t.Fatalf("the unvalidated list holds %s %d times, want once", r.Nonce, listed)
+		}
+		if rep := validate(t, v, Scope{CrossCheck: true}); !rep.OK() || rep.Validated != 2 {
+			t.Fatalf("validation after the refused replay: %+v", rep)
+		}
+	})
 }

@@ -97,7 +97,7 @@ type writeStmt struct {
 	// no row. (A queued write keeps no part of its request: the caller may
 	// reuse it once the call returns.)
 	conditional bool
-	deferred    bool // a transaction's Deferred put: a plain INSERT, queued
+	deferred    bool // a transaction's Deferred put (deferredSQL), queued
 }
 
 func writeSQL(t *relTable, m storage.Mutation) writeStmt {
@@ -308,7 +308,8 @@ func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 //   - an unconditional Put or Delete, whose only answer is success, is
 //     queued and sent with the next statement that needs an answer (a
 //     read, a conditional write) or with COMMIT; so is a Deferred put,
-//     whose INSERT fails the transaction if the row exists.
+//     whose statement fails the transaction if its condition does not
+//     hold.
 //
 // A ledger YCSB-F transaction, which reads an asset's head and writes its
 // new version, the head and the nonce's state (a Deferred put), then costs
@@ -398,9 +399,12 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 	}
 	for _, q := range queued {
 		if _, err := br.Exec(); err != nil {
-			if pe := (*pgconn.PgError)(nil); q.deferred && errors.As(err, &pe) && pe.Code == "23505" {
+			if pe := (*pgconn.PgError)(nil); q.deferred && errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "22012") {
 				x.failed = true // the server aborted the transaction
-				return br, condFailed(q.op, q.t, "the row exists (a deferred IfNotExists)")
+				if pe.Code == "23505" {
+					return br, condFailed(q.op, q.t, "the row exists (a deferred IfNotExists)")
+				}
+				return br, condFailed(q.op, q.t, "no row met the deferred condition")
 			}
 			return br, x.batchErr(err, queued, last, q, mayHaveCommitted)
 		}

@@ -283,8 +283,10 @@ func getSQL(t *relTable, g *storage.Get) (string, []any, []string) {
 // putSQL returns the statement for a Put. For conditional puts, zero rows
 // affected means the condition did not hold; the check and the write are one
 // statement, so no other writer can slip in between. A transaction's
-// Deferred put (IfNotExists) is a plain INSERT instead, which fails the
-// transaction with a unique violation if the row exists (deferredSQL).
+// Deferred put fails the transaction instead: with IfNotExists it is a
+// plain INSERT (a unique violation if the row exists), with another
+// condition an UPDATE that divides by zero if it updated nothing
+// (deferredSQL).
 func putSQL(t *relTable, p *storage.Put) (string, []any) {
 	return buildPut(t, p, false)
 }
@@ -306,7 +308,13 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 		}
 	}
 	if p.Condition != nil && p.Condition.Kind != storage.CondIfNotExists {
-		// IfExists or If: update the existing row only.
+		// IfExists or If: update the existing row only. Deferred, the
+		// statement divides by the count of rows updated, so a condition
+		// that does not hold fails it (division_by_zero), and with it the
+		// transaction, without anyone reading its answer.
+		if plain {
+			b.w("WITH u AS (")
+		}
 		b.w("UPDATE ", t.qname, " SET ")
 		if len(vals) == 0 {
 			k := t.qcols[0]
@@ -321,6 +329,9 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 		b.w(" WHERE ")
 		b.whereKey(t, p.Partition, p.Clustering)
 		b.conditionExprs(t, p.Condition)
+		if plain {
+			b.w(" RETURNING 1) SELECT 1 / count(*) FROM u")
+		}
 		return b.sb.String(), b.args
 	}
 	b.w("INSERT INTO ", t.qname, " (", t.keyCols)

@@ -126,8 +126,9 @@ func ints(rows []storage.Row) []int64 {
 // testDeferred: a Deferred IfNotExists put in a transaction inserts a
 // missing row like IfNotExists; on a row that exists it fails the
 // transaction with ErrConditionNotMet — from the Put, a later call or
-// Commit — and none of the transaction's writes commit. Outside a
-// transaction it answers at once; with another condition it is refused.
+// Commit — and none of the transaction's writes commit. A Deferred If or
+// IfExists put does the same with its condition. Outside a transaction
+// it answers at once; without a condition it is refused.
 func testDeferred(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
@@ -188,11 +189,68 @@ func testDeferred(t *testing.T, open Opener) {
 	// Outside a transaction: at once, like IfNotExists.
 	e.is(e.db.Put(e.ctx, put(1, 100)), storage.ErrConditionNotMet)
 	e.ok(e.db.Put(e.ctx, put(4, 40)))
-	// Only with IfNotExists.
+	// If and IfExists: a condition that holds updates the row; one that
+	// does not fails the transaction, wherever the failure shows.
+	update := func(s, v int64, c *storage.Condition) *storage.Put {
+		u := plain(s, v)
+		u.Condition, u.Deferred = c, true
+		return u
+	}
+	tx, err = e.db.Begin(e.ctx)
+	e.ok(err)
+	e.ok(tx.Put(e.ctx, update(1, 11, storage.If(storage.Eq("i", i64(1))))))
+	e.ok(tx.Put(e.ctx, update(2, 21, storage.IfExists())))
+	e.ok(tx.Commit(e.ctx))
+	for s, want := range map[int64]int64{1: 11, 2: 21} {
+		if row, ok := e.get(tb, p, seq(s)); !ok || !row["i"].Equal(i64(want)) {
+			t.Fatalf("a committed deferred conditional update of %d: %v %v, want i = %d", s, row, ok, want)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		put  *storage.Put
+	}{
+		{"If on a row whose value differs", update(1, 100, storage.If(storage.Eq("i", i64(1))))},
+		{"If on a missing row", update(6, 100, storage.If(storage.IsNull("i")))},
+		{"IfExists on a missing row", update(6, 100, storage.IfExists())},
+	} {
+		for _, then := range []string{"commit", "get"} {
+			tx, err := e.db.Begin(e.ctx)
+			e.ok(err)
+			e.ok(tx.Put(e.ctx, plain(3, 30)))
+			e.ok(tx.Put(e.ctx, update(2, 22, storage.If(storage.Eq("i", i64(21))))))
+			err = tx.Put(e.ctx, c.put)
+			if err == nil {
+				switch then {
+				case "commit":
+					err = tx.Commit(e.ctx)
+				case "get":
+					if _, _, err = tx.Get(e.ctx, get(2)); err == nil {
+						err = tx.Commit(e.ctx)
+					}
+				}
+			}
+			if !errors.Is(err, storage.ErrConditionNotMet) {
+				t.Fatalf("%s, %s: a deferred condition that does not hold gave %v, want ErrConditionNotMet", c.name, then, err)
+			}
+			e.ok(tx.Abort(e.ctx))
+			for s, want := range map[int64]int64{1: 11, 2: 21} {
+				if row, _ := e.get(tb, p, seq(s)); !row["i"].Equal(i64(want)) {
+					t.Fatalf("%s, %s: row %d changed to %v", c.name, then, s, row)
+				}
+			}
+			for _, s := range []int64{3, 6} {
+				if _, ok := e.get(tb, p, seq(s)); ok {
+					t.Fatalf("%s, %s: a write of the failed transaction committed (row %d)", c.name, then, s)
+				}
+			}
+		}
+	}
+	e.is(e.db.Put(e.ctx, update(1, 100, storage.If(storage.Eq("i", i64(1))))), storage.ErrConditionNotMet)
+	// Only with a condition.
 	bad := plain(5, 50)
 	bad.Deferred = true
 	e.is(e.db.Put(e.ctx, bad), storage.ErrInvalidArgument)
-	bad.Condition = storage.IfExists()
 	tx, err = e.db.Begin(e.ctx)
 	e.ok(err)
 	e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)

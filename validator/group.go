@@ -1,0 +1,107 @@
+package validator
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// maxGroup is the most callers whose writes one group transaction carries;
+// a caller who finds the waiting group full commits on its own.
+const maxGroup = 64
+
+// committer is group commit on the client side: the writes of callers who
+// arrive while a transaction of theirs is committing wait, gathered, and go
+// in the next transaction together, so that a database whose every commit
+// costs a round trip and a WAL flush of its own (PostgreSQL) pays one per
+// group rather than one per caller. A caller alone commits at once, as it
+// would without it. Every caller's writes are in exactly one committed
+// transaction when do returns nil, so a group commit is as durable as the
+// callers' own would have been.
+//
+// If a group's transaction fails, nothing of it was written, except after
+// ErrCommitUnknown. Each member then commits its writes on its own, so one
+// caller's failed condition (a nonce already logged) or bad value fails
+// only that caller. After ErrCommitUnknown the members get that error, as
+// a caller alone would.
+type committer struct {
+	db storage.Beginner
+
+	mu   sync.Mutex
+	busy bool   // a transaction of this committer is under way
+	open *group // the callers waiting for the next transaction
+}
+
+type group struct {
+	puts    []*storage.Put
+	members int
+	lead    chan struct{} // one token: the member that takes it commits
+	done    chan struct{} // closed once err is set
+	err     error
+}
+
+// do commits puts in one transaction, with those of concurrent callers.
+// It returns once they are durable, or with the error a transaction of
+// its own would have had. The puts must stay unchanged until it returns.
+func (c *committer) do(ctx context.Context, puts ...*storage.Put) error {
+	c.mu.Lock()
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		err := commitPuts(ctx, c.db, puts...)
+		c.handOn()
+		return err
+	}
+	g := c.open
+	if g == nil || g.members == maxGroup {
+		if g != nil { // full: do not wait for a group that cannot take us
+			c.mu.Unlock()
+			return commitPuts(ctx, c.db, puts...)
+		}
+		g = &group{lead: make(chan struct{}, 1), done: make(chan struct{})}
+		c.open = g
+	}
+	g.puts = append(g.puts, puts...)
+	g.members++
+	c.mu.Unlock()
+	select {
+	case <-g.done:
+	case <-g.lead:
+		// The group's writes are its members' too: commit them even if
+		// this member's context ends.
+		g.err = commitPuts(context.WithoutCancel(ctx), c.db, g.puts...)
+		close(g.done)
+		c.handOn()
+	}
+	if g.err == nil || g.members == 1 || errors.Is(g.err, storage.ErrCommitUnknown) {
+		return g.err
+	}
+	return commitPuts(ctx, c.db, puts...)
+}
+
+// handOn starts the waiting group's transaction, if there is one, or marks
+// the committer idle.
+func (c *committer) handOn() {
+	c.mu.Lock()
+	g := c.open
+	c.open = nil
+	c.busy = g != nil
+	c.mu.Unlock()
+	if g != nil {
+		g.lead <- struct{}{}
+	}
+}
+
+// commitPuts commits puts in one transaction.
+func commitPuts(ctx context.Context, db storage.Beginner, puts ...*storage.Put) error {
+	return storage.Update(ctx, db, func(tx storage.Txn) error {
+		for _, p := range puts {
+			if err := tx.Put(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,172 @@
+package validator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage"
+)
+
+// gatedDB is a Validator database whose first transaction's Commit waits
+// for the test to open the gate, so the callers that arrive meanwhile are
+// known to form one group; failNext makes the next Commit after the gate
+// fail as if its outcome were lost (it rolls back and says
+// ErrCommitUnknown). It counts the transactions begun.
+type gatedDB struct {
+	storage.Backend
+	gate     chan struct{}
+	begins   atomic.Int64
+	commits  atomic.Int64
+	failNext atomic.Bool
+}
+
+type gatedTxn struct {
+	storage.Txn
+	db *gatedDB
+}
+
+func (g *gatedDB) Begin(ctx context.Context) (storage.Txn, error) {
+	g.begins.Add(1)
+	tx, err := g.Backend.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedTxn{Txn: tx, db: g}, nil
+}
+
+func (x *gatedTxn) Commit(ctx context.Context) error {
+	if x.db.commits.Add(1) == 1 {
+		<-x.db.gate
+	} else if x.db.failNext.CompareAndSwap(true, false) {
+		if err := x.Txn.Abort(ctx); err != nil {
+			return err
+		}
+		return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: "injected"}
+	}
+	return x.Txn.Commit(ctx)
+}
+
+// TestCommitterGroups: callers who arrive while a group transaction commits
+// go together in the next one, and each gets its own answer. A member
+// whose write cannot commit (a nonce already logged) fails alone, the
+// others' writes commit once each; after a commit whose outcome is
+// unknown every member gets that error and nothing is retried.
+func TestCommitterGroups(t *testing.T) {
+	eachDB(t, func(t *testing.T, db storage.Backend, ns string) {
+		ctx := context.Background()
+		if err := ensureSchema(ctx, db, ns); err != nil {
+			t.Fatal(err)
+		}
+		const members = 8
+		logged := func(nonce string) bool {
+			_, ok, err := db.Get(ctx, &storage.Get{Namespace: ns, Table: tTxs, Partition: storage.Values{"nonce": storage.Text(nonce)}, Projection: []string{"status"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		// round runs one caller alone, holds its commit until the others
+		// have all joined the group waiting behind it, and returns each
+		// member's error.
+		round := func(name string, nonces []string, before func(g *gatedDB)) (*gatedDB, []error) {
+			g := &gatedDB{Backend: db, gate: make(chan struct{})}
+			c := &committer{db: g}
+			if before != nil {
+				before(g)
+			}
+			put := func(nonce string) error {
+				lr := newLogRequests(ns)
+				tx := &Tx{Request: ledger.Request{Nonce: nonce, ContractID: "c", Entity: "e", Argument: []byte("{}")}, Begin: 1}
+				return c.do(ctx, lr.requestPut(tx), lr.pendingPut(tx))
+			}
+			first := make(chan error, 1)
+			go func() { first <- put(name + "-first") }()
+			for g.commits.Load() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			errs := make([]error, len(nonces))
+			var wg sync.WaitGroup
+			for i, n := range nonces {
+				wg.Go(func() { errs[i] = put(n) })
+			}
+			for {
+				c.mu.Lock()
+				joined := c.open != nil && c.open.members == len(nonces)
+				c.mu.Unlock()
+				if joined {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(g.gate)
+			wg.Wait()
+			if err := <-first; err != nil {
+				t.Fatalf("%s: the first caller: %v", name, err)
+			}
+			return g, errs
+		}
+
+		nonces := make([]string, members)
+		for i := range nonces {
+			nonces[i] = fmt.Sprintf("a-%d", i)
+		}
+		g, errs := round("a", nonces, nil)
+		for i, err := range errs {
+			if err != nil || !logged(nonces[i]) {
+				t.Fatalf("member %s: %v, logged %v", nonces[i], err, logged(nonces[i]))
+			}
+		}
+		if n := g.begins.Load(); n != 2 {
+			t.Fatalf("%d transactions for one caller and a group of %d; want 2", n, members)
+		}
+
+		// One member repeats a logged nonce: the group fails, every member
+		// tries alone, and only that one is refused.
+		dup := make([]string, members)
+		for i := range dup {
+			dup[i] = fmt.Sprintf("b-%d", i)
+		}
+		dup[3] = nonces[5]
+		g, errs = round("b", dup, nil)
+		for i, err := range errs {
+			if i == 3 {
+				if !errors.Is(err, storage.ErrConditionNotMet) {
+					t.Fatalf("the member repeating a logged nonce got %v, want ErrConditionNotMet", err)
+				}
+				continue
+			}
+			if err != nil || !logged(dup[i]) {
+				t.Fatalf("member %s beside a refused one: %v, logged %v", dup[i], err, logged(dup[i]))
+			}
+		}
+		if n := g.begins.Load(); n != 2+members {
+			t.Fatalf("%d transactions; want 2 and one more per member (%d)", n, 2+members)
+		}
+
+		// A group commit whose outcome is unknown: every member is told so,
+		// and none retries (a retry alone could find its own write and call
+		// it a replay).
+		unknown := make([]string, members)
+		for i := range unknown {
+			unknown[i] = fmt.Sprintf("c-%d", i)
+		}
+		g, errs = round("c", unknown, func(g *gatedDB) { g.failNext.Store(true) })
+		for i, err := range errs {
+			if !errors.Is(err, storage.ErrCommitUnknown) {
+				t.Fatalf("member %s of a group whose commit was lost got %v, want ErrCommitUnknown", unknown[i], err)
+			}
+			if logged(unknown[i]) {
+				t.Fatalf("member %s was written by a transaction that rolled back", unknown[i])
+			}
+		}
+		if n := g.begins.Load(); n != 2 {
+			t.Fatalf("%d transactions after a lost group commit; want 2", n)
+		}
+	})
+}
