@@ -222,6 +222,34 @@ func (c *Clock) reserve(ctx context.Context, t int64) error {
 	return nil
 }
 
+// EndUnraised is End on a database other processes share, without the
+// counter write: the caller must commit raiseIn(t), in a transaction that
+// carries the clock's log row, before it returns t to anyone or the
+// transaction's caller returns (see doc.go, "Group commit on a shared
+// database"). On an exclusive database it is End.
+func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
+	if c.owned {
+		return c.endOwned(ctx)
+	}
+	return c.ends.do(ctx, c.latestNext)
+}
+
+func (c *Clock) latestNext(ctx context.Context) (int64, error) {
+	m, err := c.latest(ctx)
+	return m + 1, err
+}
+
+// raiseIn raises a counter to t in tx, unless it already holds t or more.
+func (c *Clock) raiseIn(ctx context.Context, tx storage.Txn, t int64) error {
+	r := c.raiseOf(t)
+	err := tx.Put(ctx, &r.put)
+	c.raises.Put(r)
+	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+		return fmt.Errorf("validator: advancing the clock: %w", err)
+	}
+	return nil
+}
+
 func (c *Clock) end(ctx context.Context) (int64, error) {
 	latest, err := c.latest(ctx)
 	if err != nil {
@@ -240,14 +268,7 @@ func (c *Clock) end(ctx context.Context) (int64, error) {
 // raise writes t to the next counter (round-robin) unless it holds t or
 // more already.
 func (c *Clock) raise(ctx context.Context, t int64) error {
-	slot := c.next.Add(1) % uint64(c.cfg.Counters)
-	r, ok := c.raises.Get().(*raise)
-	if !ok {
-		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1)},
-			cond: storage.Condition{Kind: storage.CondIf}}
-		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
-	}
-	r.put.Clustering, r.put.Values["value"], r.expr[0] = c.slots[slot], storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+	r := c.raiseOf(t)
 	err := retry(ctx, func() error { return c.db.Put(ctx, &r.put) })
 	c.raises.Put(r)
 	// ErrConditionNotMet: another caller already raised the counter past
@@ -256,6 +277,20 @@ func (c *Clock) raise(ctx context.Context, t int64) error {
 		return fmt.Errorf("validator: advancing the clock: %w", err)
 	}
 	return nil
+}
+
+// raiseOf returns the conditional write that raises the next counter,
+// round-robin, to t; put it back in c.raises once done.
+func (c *Clock) raiseOf(t int64) *raise {
+	slot := c.next.Add(1) % uint64(c.cfg.Counters)
+	r, ok := c.raises.Get().(*raise)
+	if !ok {
+		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1)},
+			cond: storage.Condition{Kind: storage.CondIf}}
+		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
+	}
+	r.put.Clustering, r.put.Values["value"], r.expr[0] = c.slots[slot], storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+	return r
 }
 
 // see raises the highest value this process has read or written to t.

@@ -143,6 +143,21 @@
 // engine does not group: its commits are already grouped by its epochs,
 // and a hand-off between callers there only adds a wait.
 //
+// There the end clock's counter write, too, goes in the transaction that
+// stamps the outcomes, one write raising a counter to the highest end
+// clock of the group, so an end clock costs a scan and no commit of its
+// own. The clock's three properties still hold. The first two rest on
+// scans alone. The third needs a counter to hold e_i once T_i's
+// ExecuteRequest returns, and it does: the stamp committed first, and
+// with it the counter write. A group that fails takes its counter write
+// back with its stamps; the members' end clocks are then in no log row, and
+// the member alone writes its own. The value this process has seen (for
+// ScanEvery) is raised only after the commit, so a begin clock never
+// builds on a value no counter holds. Callers whose end clocks came from
+// one scan may commit in different groups, or a later scan may run before
+// an earlier group commits and hand out the same value again; equal clocks
+// order nothing, so that only makes intervals meet.
+//
 // # Validation (Algorithm 2), and strict serializability
 //
 // Validate covers every logged transaction not yet validated, in one pass:

@@ -28,6 +28,9 @@ const maxGroup = 64
 // a caller alone would.
 type committer struct {
 	db storage.Beginner
+	// raise, if set, writes the clock of a transaction's members in it:
+	// the highest clock value any of them carries (Clock.raiseIn).
+	raise func(ctx context.Context, tx storage.Txn, t int64) error
 
 	mu   sync.Mutex
 	busy bool   // a transaction of this committer is under way
@@ -36,21 +39,23 @@ type committer struct {
 
 type group struct {
 	puts    []*storage.Put
+	clock   int64 // the highest clock value a member carries
 	members int
 	lead    chan struct{} // one token: the member that takes it commits
 	done    chan struct{} // closed once err is set
 	err     error
 }
 
-// do commits puts in one transaction, with those of concurrent callers.
-// It returns once they are durable, or with the error a transaction of
-// its own would have had. The puts must stay unchanged until it returns.
-func (c *committer) do(ctx context.Context, puts ...*storage.Put) error {
+// do commits puts, which carry the clock value clock (0 for none), in one
+// transaction, with those of concurrent callers. It returns once they are
+// durable, or with the error a transaction of its own would have had. The
+// puts must stay unchanged until it returns.
+func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) error {
 	c.mu.Lock()
 	if !c.busy {
 		c.busy = true
 		c.mu.Unlock()
-		err := commitPuts(ctx, c.db, puts...)
+		err := c.commit(ctx, clock, puts)
 		c.handOn()
 		return err
 	}
@@ -58,12 +63,13 @@ func (c *committer) do(ctx context.Context, puts ...*storage.Put) error {
 	if g == nil || g.members == maxGroup {
 		if g != nil { // full: do not wait for a group that cannot take us
 			c.mu.Unlock()
-			return commitPuts(ctx, c.db, puts...)
+			return c.commit(ctx, clock, puts)
 		}
 		g = &group{lead: make(chan struct{}, 1), done: make(chan struct{})}
 		c.open = g
 	}
 	g.puts = append(g.puts, puts...)
+	g.clock = max(g.clock, clock)
 	g.members++
 	c.mu.Unlock()
 	select {
@@ -71,14 +77,14 @@ func (c *committer) do(ctx context.Context, puts ...*storage.Put) error {
 	case <-g.lead:
 		// The group's writes are its members' too: commit them even if
 		// this member's context ends.
-		g.err = commitPuts(context.WithoutCancel(ctx), c.db, g.puts...)
+		g.err = c.commit(context.WithoutCancel(ctx), g.clock, g.puts)
 		close(g.done)
 		c.handOn()
 	}
 	if g.err == nil || g.members == 1 || errors.Is(g.err, storage.ErrCommitUnknown) {
 		return g.err
 	}
-	return commitPuts(ctx, c.db, puts...)
+	return c.commit(ctx, clock, puts)
 }
 
 // handOn starts the waiting group's transaction, if there is one, or marks
@@ -94,14 +100,28 @@ func (c *committer) handOn() {
 	}
 }
 
+func (c *committer) commit(ctx context.Context, clock int64, puts []*storage.Put) error {
+	if c.raise == nil || clock == 0 {
+		return commitPuts(ctx, c.db, puts...)
+	}
+	return storage.Update(ctx, c.db, func(tx storage.Txn) error {
+		if err := c.raise(ctx, tx, clock); err != nil {
+			return err
+		}
+		return putAll(ctx, tx, puts)
+	})
+}
+
 // commitPuts commits puts in one transaction.
 func commitPuts(ctx context.Context, db storage.Beginner, puts ...*storage.Put) error {
-	return storage.Update(ctx, db, func(tx storage.Txn) error {
-		for _, p := range puts {
-			if err := tx.Put(ctx, p); err != nil {
-				return err
-			}
+	return storage.Update(ctx, db, func(tx storage.Txn) error { return putAll(ctx, tx, puts) })
+}
+
+func putAll(ctx context.Context, tx storage.Txn, puts []*storage.Put) error {
+	for _, p := range puts {
+		if err := tx.Put(ctx, p); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }

@@ -133,6 +133,9 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 	if v.clock, err = newClock(ctx, cfg.DB, cfg.Namespace, cfg.Clock); err != nil {
 		return nil, err
 	}
+	if v.stamps != nil {
+		v.stamps.raise = v.clock.raiseIn
+	}
 	if v.key == nil {
 		if v.key, err = v.pinLedgerKey(ctx); err != nil {
 			return nil, err
@@ -252,7 +255,7 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 	defer v.logs.Put(lr)
 	var err error
 	if v.requests != nil {
-		err = v.requests.do(ctx, lr.requestPut(t), lr.pendingPut(t))
+		err = v.requests.do(ctx, 0, lr.requestPut(t), lr.pendingPut(t))
 	} else {
 		err = commitPuts(ctx, v.db, lr.requestPut(t), lr.pendingPut(t))
 	}
@@ -267,15 +270,25 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 
 // logOutcome takes the end clock and stamps it with the outcome, unless
 // another process (Recover) stamped the transaction first.
+//
+// On a shared database the end clock's counter write goes in the
+// transaction that stamps the outcome (see doc.go, "Group commit on a
+// shared database").
 func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
-	end, err := v.clock.End(ctx)
+	var err error
+	if v.stamps != nil {
+		t.End, err = v.clock.EndUnraised(ctx)
+	} else {
+		t.End, err = v.clock.End(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
 	}
-	t.End = end
 	lr := v.logRequests()
 	if v.stamps != nil {
-		err = v.stamps.do(ctx, lr.outcomePut(t))
+		if err = v.stamps.do(ctx, t.End, lr.outcomePut(t)); err == nil {
+			v.clock.see(t.End) // a counter holds it now
+		}
 	} else {
 		err = v.outcomes.Put(ctx, lr.outcomePut(t))
 	}
