@@ -145,6 +145,19 @@ func testDeferred(t *testing.T, open Opener) {
 	get := func(s int64) *storage.Get {
 		return &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Projection: []string{"i"}}
 	}
+	// putThen puts p in tx and, if that succeeds, commits, or reads and
+	// then commits: the deferred failure may show at either.
+	putThen := func(tx storage.Txn, p *storage.Put, then string) error {
+		if err := tx.Put(e.ctx, p); err != nil {
+			return err
+		}
+		if then == "get" {
+			if _, _, err := tx.Get(e.ctx, get(2)); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(e.ctx)
+	}
 	// A missing row is inserted, and the transaction sees it.
 	tx, err := e.db.Begin(e.ctx)
 	e.ok(err)
@@ -164,17 +177,7 @@ func testDeferred(t *testing.T, open Opener) {
 		tx, err := e.db.Begin(e.ctx)
 		e.ok(err)
 		e.ok(tx.Put(e.ctx, plain(3, 30)))
-		err = tx.Put(e.ctx, put(1, 100))
-		if err == nil {
-			switch then {
-			case "commit":
-				err = tx.Commit(e.ctx)
-			case "get":
-				if _, _, err = tx.Get(e.ctx, get(2)); err == nil {
-					err = tx.Commit(e.ctx)
-				}
-			}
-		}
+		err = putThen(tx, put(1, 100), then)
 		if !errors.Is(err, storage.ErrConditionNotMet) {
 			t.Fatalf("%s: a deferred IfNotExists on an existing row gave %v, want ErrConditionNotMet", then, err)
 		}
@@ -219,17 +222,7 @@ func testDeferred(t *testing.T, open Opener) {
 			e.ok(err)
 			e.ok(tx.Put(e.ctx, plain(3, 30)))
 			e.ok(tx.Put(e.ctx, update(2, 22, storage.If(storage.Eq("i", i64(21))))))
-			err = tx.Put(e.ctx, c.put)
-			if err == nil {
-				switch then {
-				case "commit":
-					err = tx.Commit(e.ctx)
-				case "get":
-					if _, _, err = tx.Get(e.ctx, get(2)); err == nil {
-						err = tx.Commit(e.ctx)
-					}
-				}
-			}
+			err = putThen(tx, c.put, then)
 			if !errors.Is(err, storage.ErrConditionNotMet) {
 				t.Fatalf("%s, %s: a deferred condition that does not hold gave %v, want ErrConditionNotMet", c.name, then, err)
 			}
