@@ -240,10 +240,10 @@ func (c *Clock) latestNext(ctx context.Context) (int64, error) {
 }
 
 // raiseIn raises a counter to t in tx, unless it already holds t or more.
+// The write is not put back in c.raises: tx may hold it until it ends.
 func (c *Clock) raiseIn(ctx context.Context, tx storage.Txn, t int64) error {
 	r := c.raiseOf(t)
 	err := tx.Put(ctx, &r.put)
-	c.raises.Put(r)
 	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 		return fmt.Errorf("validator: advancing the clock: %w", err)
 	}
