@@ -227,16 +227,16 @@ func (c *Clock) reserve(ctx context.Context, t int64) error {
 // carries the clock's log row, before it returns t to anyone or the
 // transaction's caller returns (see doc.go, "Group commit on a shared
 // database"). On an exclusive database it is End.
+//
+// Without the write an end clock is what a begin clock is, max + 1 of a
+// scan that began after the caller asked, so it shares the begin clocks'
+// scans; never ScanEvery's skipped ones. It must not share End's runs: a
+// caller of End would get a value nobody raised.
 func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
 	if c.owned {
 		return c.endOwned(ctx)
 	}
-	return c.ends.do(ctx, c.latestNext)
-}
-
-func (c *Clock) latestNext(ctx context.Context) (int64, error) {
-	m, err := c.latest(ctx)
-	return m + 1, err
+	return c.begins.do(ctx, c.begin)
 }
 
 // raiseIn raises a counter to t in tx, unless it already holds t or more.

@@ -87,23 +87,26 @@ func TestCommitterGroups(t *testing.T) {
 			}
 			first := make(chan error, 1)
 			go func() { first <- put(name + "-first") }()
-			for g.commits.Load() == 0 {
-				time.Sleep(time.Millisecond)
+			deadline := time.Now().Add(20 * time.Second)
+			waitFor := func(what string, done func() bool) {
+				for !done() {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: after 20 s, still waiting for %s", name, what)
+					}
+					time.Sleep(time.Millisecond)
+				}
 			}
+			waitFor("the first caller's commit", func() bool { return g.commits.Load() > 0 })
 			errs := make([]error, len(nonces))
 			var wg sync.WaitGroup
 			for i, n := range nonces {
 				wg.Go(func() { errs[i] = put(n) })
 			}
-			for {
+			waitFor("the others to join one group", func() bool {
 				c.mu.Lock()
-				joined := c.open != nil && c.open.members == len(nonces)
-				c.mu.Unlock()
-				if joined {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+				defer c.mu.Unlock()
+				return c.open != nil && c.open.members == len(nonces)
+			})
 			close(g.gate)
 			wg.Wait()
 			if err := <-first; err != nil {
