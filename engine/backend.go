@@ -478,6 +478,9 @@ func (x *tx) checkCondition(op string, tb *table, c *storage.Condition, part, cl
 func (x *tx) applyPut(tb *table, p *storage.Put) error {
 	pk, ck := tb.encodePartition(p.Partition), tb.encodeClustering(p.Clustering)
 	if err := x.checkCondition("put", tb, p.Condition, p.Partition, p.Clustering, pk, ck); err != nil {
+		if p.Skippable && errors.Is(err, storage.ErrConditionNotMet) {
+			return nil // the condition was read, so it conflicts as a read does
+		}
 		return err
 	}
 	n := len(tb.schema.Columns)

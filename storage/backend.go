@@ -65,7 +65,7 @@ type Txn interface {
 	// transaction sees; a failed condition returns ErrConditionNotMet, writes
 	// nothing, and leaves the transaction usable — unless the Put is
 	// Deferred, whose failure may come from a later call and ends the
-	// transaction.
+	// transaction, or Skippable, which skips the write and returns nil.
 	Put(ctx context.Context, p *Put) error
 	Delete(ctx context.Context, d *Delete) error
 	// Commit returns nil only once the transaction is committed and durable.

@@ -33,7 +33,9 @@
 // ErrConditionNotMet and writes nothing. In a transaction, a conditional
 // Put may be Deferred: its failure may then come from a later call or
 // Commit, and ends the transaction (a backend that queues writes sends it
-// without a round trip of its own).
+// without a round trip of its own). A Skippable put's condition that does
+// not hold skips it instead, silently, in a transaction or not; a backend
+// that queues writes sends it without a round trip of its own too.
 //
 // Transactions (Txn, and the Update helper that retries conflicts) are
 // strictly serializable, phantoms included: a transaction that scanned a

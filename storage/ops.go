@@ -64,6 +64,13 @@ type Put struct {
 	// commit. A single Put, outside a transaction, answers at once.
 	// Deferred without a condition is ErrInvalidArgument.
 	Deferred bool
+	// Skippable, with a condition, makes a condition that does not hold
+	// skip the put rather than fail it: the put writes nothing and returns
+	// nil, and the caller does not learn which happened. Since no answer is
+	// needed, a backend that queues writes sends it with what follows, as it
+	// does an unconditional put. Skippable without a condition, or with
+	// Deferred, is ErrInvalidArgument.
+	Skippable bool
 }
 
 // Delete removes one row. Deleting a missing row without a condition succeeds.
@@ -476,6 +483,9 @@ func (t *Table) CheckPut(p *Put, lim Limits) error {
 	}
 	if p.Deferred && p.Condition == nil {
 		return t.fail(ErrInvalidArgument, op, "", "Deferred takes a condition")
+	}
+	if p.Skippable && (p.Condition == nil || p.Deferred) {
+		return t.fail(ErrInvalidArgument, op, "", "Skippable takes a condition, and not Deferred")
 	}
 	return t.checkCondition(op, p.Condition, lim)
 }

@@ -243,8 +243,7 @@ func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
 // The write is not put back in c.raises: tx may hold it until it ends.
 func (c *Clock) raiseIn(ctx context.Context, tx storage.Txn, t int64) error {
 	r := c.raiseOf(t)
-	err := tx.Put(ctx, &r.put)
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+	if err := tx.Put(ctx, &r.put); err != nil {
 		return fmt.Errorf("validator: advancing the clock: %w", err)
 	}
 	return nil
@@ -269,11 +268,11 @@ func (c *Clock) end(ctx context.Context) (int64, error) {
 // more already.
 func (c *Clock) raise(ctx context.Context, t int64) error {
 	r := c.raiseOf(t)
+	// A counter already past t (another caller raised it) is skipped:
+	// a scan sees it as well.
 	err := retry(ctx, func() error { return c.db.Put(ctx, &r.put) })
 	c.raises.Put(r)
-	// ErrConditionNotMet: another caller already raised the counter past
-	// t, which a scan will see as well.
-	if err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
+	if err != nil {
 		return fmt.Errorf("validator: advancing the clock: %w", err)
 	}
 	return nil
@@ -285,7 +284,10 @@ func (c *Clock) raiseOf(t int64) *raise {
 	slot := c.next.Add(1) % uint64(c.cfg.Counters)
 	r, ok := c.raises.Get().(*raise)
 	if !ok {
-		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1)},
+		// Skippable: a counter already past t needs nothing, and a
+		// transaction (raiseIn) can then send the write without waiting for
+		// its answer.
+		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1), Skippable: true},
 			cond: storage.Condition{Kind: storage.CondIf}}
 		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
 	}

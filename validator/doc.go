@@ -146,7 +146,9 @@
 // There the end clock's counter write, too, goes in the transaction that
 // stamps the outcomes, one write raising a counter to the highest end
 // clock of the group, so an end clock costs a scan, which it shares with
-// begin clocks, and no commit of its own. The clock's three properties
+// begin clocks, and no commit of its own. The counter write is Skippable
+// (a counter already past the value needs nothing), so it too goes
+// without a round trip of its own. The clock's three properties
 // still hold. The first two rest on
 // scans alone. The third needs a counter to hold e_i once T_i's
 // ExecuteRequest returns, and it does: the stamp committed first, and

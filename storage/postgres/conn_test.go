@@ -298,6 +298,36 @@ func TestTxnRoundTrips(t *testing.T) {
 	if _, err := deferred(21); !errors.Is(err, storage.ErrConditionNotMet) {
 		t.Errorf("a deferred put of an existing row and commit: %v; want ErrConditionNotMet", err)
 	}
+	// A Skippable If put goes with COMMIT as well, whether its condition
+	// holds or not, and the transaction commits either way.
+	skippable := func(k, v int64) int64 {
+		before := p.replies.Load()
+		tx, err := b.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := put(k)
+		s.Values["v"] = storage.BigInt(v)
+		s.Condition, s.Skippable = storage.If(storage.Lt("v", storage.BigInt(v))), true
+		if err := tx.Put(ctx, s); err != nil {
+			tx.Abort(ctx) // the backend's one connection: Close waits for it
+			t.Fatalf("a skippable put: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("a skippable put: %v", err)
+		}
+		return p.replies.Load() - before
+	}
+	skippable(21, 30) // prepares the UPDATE
+	for _, c := range []struct{ v, want int64 }{{40, 40}, {35, 40}} {
+		if n := skippable(21, c.v); n > 1 {
+			t.Errorf("a skippable put of %d and commit: %d round trips, want 1", c.v, n)
+		}
+		row, _, err := direct.Get(ctx, &storage.Get{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(21)}})
+		if err != nil || row["v"].AsBigInt() != c.want {
+			t.Errorf("after a skippable put of %d: %v, %v; want v = %d", c.v, row, err, c.want)
+		}
+	}
 }
 
 // preparedTxn commits a transaction that puts key k in ns.t on b, so that

@@ -94,8 +94,9 @@ type writeStmt struct {
 	sql  string
 	args []any
 	// conditional: the write has a condition, which failed if it changed
-	// no row. (A queued write keeps no part of its request: the caller may
-	// reuse it once the call returns.)
+	// no row; a Skippable put's has no answer to check. (A queued write
+	// keeps no part of its request: the caller may reuse it once the call
+	// returns.)
 	conditional bool
 	deferred    bool // a transaction's Deferred put (deferredSQL), queued
 }
@@ -104,7 +105,9 @@ func writeSQL(t *relTable, m storage.Mutation) writeStmt {
 	w := writeStmt{t: t}
 	switch m := m.(type) {
 	case *storage.Put:
-		w.op, w.conditional = "put", m.Condition != nil
+		// A Skippable put's condition that does not hold changes no row,
+		// which is its answer: nothing to check, so a transaction queues it.
+		w.op, w.conditional = "put", m.Condition != nil && !m.Skippable
 		w.sql, w.args = putSQL(t, m)
 	case *storage.Delete:
 		w.op, w.conditional = "delete", m.Condition != nil
@@ -309,7 +312,7 @@ func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 //     queued and sent with the next statement that needs an answer (a
 //     read, a conditional write) or with COMMIT; so is a Deferred put,
 //     whose statement fails the transaction if its condition does not
-//     hold.
+//     hold, and a Skippable put, whose statement then changes nothing.
 //
 // A ledger YCSB-F transaction, which reads an asset's head and writes its
 // new version, the head and the nonce's state (a Deferred put), then costs

@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 
@@ -248,4 +249,95 @@ func testDeferred(t *testing.T, open Opener) {
 	e.ok(err)
 	e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
 	e.ok(tx.Abort(e.ctx))
+}
+
+// testSkippable: a Skippable put whose condition holds writes as the
+// conditional put would; one whose condition does not hold writes nothing
+// and returns nil — alone, in Mutate, and in a transaction, which goes on
+// and commits its other writes. Reads in the transaction see exactly the
+// writes that held. Without a condition, or with Deferred, it is refused.
+func testSkippable(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	tb := itemTable(e)
+	p := V{"id": i64(8)}
+	seq := func(s int64) V { return V{"seq": i64(s)} }
+	put := func(s, v int64, c *storage.Condition) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)},
+			Condition: c, Skippable: true}
+	}
+	// want checks every row of the partition: seq → i.
+	want := func(step string, rows map[int64]int64) {
+		t.Helper()
+		for s := range int64(8) {
+			row, ok := e.get(tb, p, seq(s))
+			v, present := rows[s]
+			if ok != present || ok && !row["i"].Equal(i64(v)) {
+				t.Fatalf("%s: row %d is %v (present %v), want %d (present %v)", step, s, row, ok, v, present)
+			}
+		}
+	}
+	e.put(tb, p, seq(1), V{"i": i64(1)})
+	e.put(tb, p, seq(2), V{"i": i64(2)})
+	lt := func(v int64) *storage.Condition { return storage.If(storage.Lt("i", i64(v))) }
+
+	// Alone: each answers nil, and only the ones that hold write.
+	for _, c := range []struct {
+		name string
+		put  *storage.Put
+	}{
+		{"IfNotExists on an existing row", put(1, 100, storage.IfNotExists())},
+		{"IfNotExists on a missing row", put(3, 3, storage.IfNotExists())},
+		{"If that holds", put(2, 20, lt(5))},
+		{"If that does not hold", put(1, 100, lt(1))},
+		{"If on a missing row", put(4, 100, storage.If(storage.IsNull("i")))},
+		{"IfExists on a missing row", put(4, 100, storage.IfExists())},
+	} {
+		if err := e.db.Put(e.ctx, c.put); err != nil {
+			t.Fatalf("%s: Put gave %v, want nil", c.name, err)
+		}
+	}
+	want("alone", map[int64]int64{1: 1, 2: 20, 3: 3})
+
+	// In Mutate, a skipped put does not fail the others.
+	e.ok(e.db.Mutate(e.ctx, []storage.Mutation{put(1, 100, lt(1)), put(2, 21, lt(21)), put(5, 5, storage.IfNotExists())}))
+	want("mutate", map[int64]int64{1: 1, 2: 21, 3: 3, 5: 5})
+
+	// In a transaction: the skipped ones leave it usable, its reads see
+	// the writes that held and not the others, and its plain writes commit.
+	tx, err := e.db.Begin(e.ctx)
+	e.ok(err)
+	e.ok(tx.Put(e.ctx, put(1, 100, lt(1))))
+	e.ok(tx.Put(e.ctx, put(2, 22, lt(100))))
+	e.ok(tx.Put(e.ctx, put(6, 100, storage.IfExists())))
+	e.ok(tx.Put(e.ctx, put(3, 30, storage.IfExists())))
+	e.ok(tx.Put(e.ctx, &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(7), Values: V{"i": i64(7)}}))
+	// A condition on the transaction's own writes: row 7 exists now.
+	e.ok(tx.Put(e.ctx, put(7, 70, storage.IfExists())))
+	rows, err := tx.Scan(e.ctx, &storage.Scan{Namespace: e.ns, Table: tb.Name, Partition: p, Projection: []string{"seq", "i"}})
+	e.ok(err)
+	got, err := storage.CollectRows(rows)
+	e.ok(err)
+	inTx := map[int64]int64{}
+	for _, r := range got {
+		inTx[r["seq"].AsBigInt()] = r["i"].AsBigInt()
+	}
+	if wantTx := map[int64]int64{1: 1, 2: 22, 3: 30, 5: 5, 7: 70}; !maps.Equal(inTx, wantTx) {
+		t.Fatalf("in the transaction: %v, want %v", inTx, wantTx)
+	}
+	e.ok(tx.Put(e.ctx, put(5, 50, lt(5))))
+	e.ok(tx.Commit(e.ctx))
+	want("transaction", map[int64]int64{1: 1, 2: 22, 3: 30, 5: 5, 7: 70})
+
+	// Refused, alone and in a transaction, and nothing written.
+	bare := put(4, 4, nil)
+	both := put(4, 4, storage.IfNotExists())
+	both.Deferred = true
+	for _, bad := range []*storage.Put{bare, both} {
+		e.is(e.db.Put(e.ctx, bad), storage.ErrInvalidArgument)
+		tx, err := e.db.Begin(e.ctx)
+		e.ok(err)
+		e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
+		e.ok(tx.Abort(e.ctx))
+	}
+	want("refused", map[int64]int64{1: 1, 2: 22, 3: 30, 5: 5, 7: 70})
 }
