@@ -75,3 +75,51 @@ func parseProcStat(b []byte) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
+
+// MachineCPU returns the CPU time every process on the machine has spent
+// so far, across all its CPUs, and how many CPUs there are: the physical
+// limit a run on a shared machine meets. A ledger benchmark whose own
+// processes keep 0.9 CPUs busy on a machine kept 1.9 of 2 busy was bound by
+// CPU all the same — by another process's, such as a PostgreSQL server's.
+func MachineCPU() (time.Duration, int, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: machine cpu time: %w", err)
+	}
+	return parseMachineStat(b)
+}
+
+// parseMachineStat returns the busy time of a /proc/stat: user, nice,
+// system, irq and softirq of the line "cpu" (guest time is inside user
+// already; idle, iowait and the time the hypervisor stole are not busy),
+// and the count of the lines "cpuN".
+func parseMachineStat(b []byte) (time.Duration, int, error) {
+	var busy time.Duration
+	cpus, total := 0, false
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		f := bytes.Fields(line)
+		if len(f) == 0 || !bytes.HasPrefix(f[0], []byte("cpu")) {
+			continue
+		}
+		if len(f[0]) > 3 {
+			cpus++
+			continue
+		}
+		if len(f) < 8 {
+			return 0, 0, fmt.Errorf("bench: /proc/stat cpu line of %d fields", len(f))
+		}
+		var ticks int64
+		for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+			n, err := strconv.ParseInt(string(f[i]), 10, 64)
+			if err != nil || n < 0 {
+				return 0, 0, fmt.Errorf("bench: /proc/stat cpu time %q", f[i])
+			}
+			ticks += n
+		}
+		busy, total = time.Duration(ticks)*time.Second/clockTicks, true
+	}
+	if !total || cpus == 0 {
+		return 0, 0, fmt.Errorf("bench: /proc/stat without the cpu lines")
+	}
+	return busy, cpus, nil
+}

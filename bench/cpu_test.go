@@ -66,3 +66,27 @@ func TestCPUClockCountsWork(t *testing.T) {
 		t.Fatal("a process that does not exist has a CPU time")
 	}
 }
+
+func TestParseMachineStat(t *testing.T) {
+	stat := []byte("cpu  100 5 40 900 30 2 3 50 7 0\ncpu0 50 5 20 450 15 1 2 25 7 0\ncpu1 50 0 20 450 15 1 1 25 0 0\nintr 12345\nctxt 999\n")
+	busy, cpus, err := parseMachineStat(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// user + nice + system + irq + softirq; idle, iowait, steal and
+	// guest (inside user) not again.
+	if want := 1500 * time.Millisecond; busy != want || cpus != 2 {
+		t.Fatalf("busy %v of %d CPUs, want %v of 2", busy, cpus, want)
+	}
+	for _, bad := range []string{"", "intr 1\n", "cpu  1 2 3\ncpu0 1 2 3\n", "cpu  1 2 3 4 5 x 7 8\ncpu0 1\n", "cpu  1 2 3 4 5 6 7 8\n"} {
+		if _, _, err := parseMachineStat([]byte(bad)); err == nil {
+			t.Errorf("parseMachineStat(%q) passed", bad)
+		}
+	}
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		return
+	}
+	if _, cpus, err := MachineCPU(); err != nil || cpus < 1 {
+		t.Fatalf("MachineCPU: %d CPUs, %v", cpus, err)
+	}
+}

@@ -41,6 +41,11 @@ type LedgerConfig struct {
 	// server in a process of its own); each point then also reports how
 	// many CPUs the server kept busy, and the clients' share is the rest.
 	ServerCPU func() (time.Duration, error)
+	// Machine, if set, is the clock of the whole machine's CPU time
+	// (MachineCPU); each point then also reports how many of its CPUs every
+	// process together kept busy, the run's own and any other (a Validator
+	// database's server among them).
+	Machine func() (time.Duration, int, error)
 }
 
 func (c *LedgerConfig) validate() error {
@@ -101,6 +106,10 @@ type LedgerPoint struct {
 	// ServerCPUsBusy is the server's part of CPUsBusy, when
 	// LedgerConfig.ServerCPU is set.
 	ServerCPUsBusy float64 `json:"server_cpus_busy,omitempty"`
+	// MachineCPUsBusy is how many of the machine's MachineCPUs every
+	// process kept busy during the run, when LedgerConfig.Machine is set.
+	MachineCPUsBusy float64 `json:"machine_cpus_busy,omitempty"`
+	MachineCPUs     int     `json:"machine_cpus,omitempty"`
 }
 
 // LedgerLoad is how the database was loaded.
@@ -306,6 +315,12 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	if err != nil {
 		return LedgerPoint{}, err
 	}
+	var machine0 time.Duration
+	if cfg.Machine != nil {
+		if machine0, _, err = cfg.Machine(); err != nil {
+			return LedgerPoint{}, err
+		}
+	}
 	start := time.Now()
 	for t := range threads {
 		wg.Add(1)
@@ -366,6 +381,13 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 		if cfg.ServerCPU != nil {
 			p.ServerCPUsBusy = (cpu1[1] - cpu0[1]).Seconds() / el.Seconds()
 		}
+	}
+	if cfg.Machine != nil {
+		machine1, cpus, err := cfg.Machine()
+		if err != nil {
+			return LedgerPoint{}, err
+		}
+		p.MachineCPUsBusy, p.MachineCPUs = (machine1-machine0).Seconds()/el.Seconds(), cpus
 	}
 	return p, nil
 }

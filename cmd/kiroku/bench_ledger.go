@@ -81,6 +81,9 @@ round trips/s through the same client and server (no signature, one storage read
 			}
 			defer cleanup()
 			cfg.CPU, cfg.ServerCPU = clocks.all, clocks.server
+			if _, _, err := bench.MachineCPU(); err == nil {
+				cfg.Machine = bench.MachineCPU
+			}
 			var exec bench.Executor = c
 			switch validatorMode {
 			case "on":
@@ -112,10 +115,10 @@ round trips/s through the same client and server (no signature, one storage read
 				defer stopProfile()
 			}
 			points, err := bench.RunLedger(ctx, c, exec, cfg, func(p bench.LedgerPoint) {
-				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, CPUs busy %s, floor %.0f rpc/s\n",
-					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), busyCell(p), p.FloorRPS)
+				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, CPUs busy %s, machine %s, floor %.0f rpc/s\n",
+					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS)
 				if p.Off != nil {
-					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms, CPUs busy %s\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000, busyCell(*p.Off))
+					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms, CPUs busy %s, machine %s\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000, busyCell(*p.Off), machineCell(*p.Off))
 				}
 				if len(p.RoundsTPS) > 1 {
 					fmt.Fprintf(errw, "  medians of %d rounds; tx/s on %s, off %s\n", len(p.RoundsTPS), roundsCell(p.RoundsTPS), roundsCell(p.Off.RoundsTPS))
@@ -145,19 +148,19 @@ round trips/s through the same client and server (no signature, one storage read
 				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, per)
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			if validatorMode == "on" {
-				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\toff CPUs busy\tlogging cost\tfloor rpc/s\t\n")
+				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\toff CPUs busy\toff machine\tlogging cost\tfloor rpc/s\t\n")
 				for _, p := range points {
-					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
-						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), p.Off.TPS,
-						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), busyCell(*p.Off),
+					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
+						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.Off.TPS,
+						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), busyCell(*p.Off), machineCell(*p.Off),
 						100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
 				}
 				return tw.Flush()
 			}
-			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tfloor rpc/s (baseline)\t")
+			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\tfloor rpc/s (baseline)\t")
 			for _, p := range points {
-				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%.0f\t\n", p.Threads, p.TPS,
-					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), p.FloorRPS)
+				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t\n", p.Threads, p.TPS,
+					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS)
 			}
 			return tw.Flush()
 		},
@@ -215,6 +218,17 @@ func busyCell(p bench.LedgerPoint) string {
 		return strconv.FormatFloat(p.CPUsBusy, 'f', 2, 64)
 	}
 	return strconv.FormatFloat(p.ServerCPUsBusy, 'f', 2, 64) + "+" + strconv.FormatFloat(p.CPUsBusy-p.ServerCPUsBusy, 'f', 2, 64)
+}
+
+// machineCell is a table cell for how many of the machine's CPUs every
+// process kept busy, and how many it has ("1.86/2"): the physical limit,
+// which the run's own CPUs busy do not show when another process (a
+// Validator database's server) shares the machine; "-" when not measured.
+func machineCell(p bench.LedgerPoint) string {
+	if p.MachineCPUs == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(p.MachineCPUsBusy, 'f', 2, 64) + "/" + strconv.Itoa(p.MachineCPUs)
 }
 
 // benchValidator opens a Validator over c, on a temporary engine database

@@ -209,12 +209,15 @@ func TestShareMemoryLimit(t *testing.T) {
 // the bench may use (with slack for /proc's 10 ms ticks over a short run);
 // with a server process of its own (split), its share as well, some of
 // the total and not all of it (the clients and the Validator run beside
-// it).
+// it). The whole machine's CPUs busy are at least the run's own and at
+// most all of its CPUs.
 func checkBusy(t *testing.T, out string, cpus int, split bool) {
 	t.Helper()
 	type busy struct {
-		All    float64 `json:"cpus_busy"`
-		Server float64 `json:"server_cpus_busy"`
+		All         float64 `json:"cpus_busy"`
+		Server      float64 `json:"server_cpus_busy"`
+		Machine     float64 `json:"machine_cpus_busy"`
+		MachineCPUs int     `json:"machine_cpus"`
 	}
 	var res struct {
 		Points []struct {
@@ -229,6 +232,9 @@ func checkBusy(t *testing.T, out string, cpus int, split bool) {
 		}
 		if split != (b.Server > 0) || b.Server >= b.All {
 			t.Errorf("server CPUs busy %.2f of %.2f (split: %v); want a share of them exactly when split", b.Server, b.All, split)
+		}
+		if b.MachineCPUs < cpus || b.Machine < b.All-0.2 || b.Machine > float64(b.MachineCPUs)+0.2 {
+			t.Errorf("machine CPUs busy %.2f of %d; want at least the run's %.2f, and at most all of at least %d", b.Machine, b.MachineCPUs, b.All, cpus)
 		}
 	}
 }
@@ -279,6 +285,20 @@ func TestBusyCell(t *testing.T) {
 	} {
 		if got := busyCell(c.p); got != c.want {
 			t.Errorf("busyCell(%+v) = %q; want %q", c.p, got, c.want)
+		}
+	}
+}
+
+func TestMachineCell(t *testing.T) {
+	for _, c := range []struct {
+		p    bench.LedgerPoint
+		want string
+	}{
+		{bench.LedgerPoint{}, "-"},
+		{bench.LedgerPoint{MachineCPUsBusy: 1.857, MachineCPUs: 2}, "1.86/2"},
+	} {
+		if got := machineCell(c.p); got != c.want {
+			t.Errorf("machineCell(%+v) = %q; want %q", c.p, got, c.want)
 		}
 	}
 }
