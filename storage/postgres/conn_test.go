@@ -250,6 +250,9 @@ func TestTxnRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A failure below must give the backend's one connection back:
+		// closing the backend waits for it. After Commit this does nothing.
+		defer tx.Abort(ctx)
 		if err := tx.Put(ctx, put(7)); err != nil {
 			t.Fatal(err)
 		}
@@ -281,6 +284,9 @@ func TestTxnRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A failure below must give the backend's one connection back:
+		// closing the backend waits for it. After Commit this does nothing.
+		defer tx.Abort(ctx)
 		d := put(k)
 		d.Condition, d.Deferred = storage.IfNotExists(), true
 		if err := tx.Put(ctx, d); err != nil {
@@ -306,11 +312,13 @@ func TestTxnRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A failure below must give the backend's one connection back:
+		// closing the backend waits for it. After Commit this does nothing.
+		defer tx.Abort(ctx)
 		s := put(k)
 		s.Values["v"] = storage.BigInt(v)
 		s.Condition, s.Skippable = storage.If(storage.Lt("v", storage.BigInt(v))), true
 		if err := tx.Put(ctx, s); err != nil {
-			tx.Abort(ctx) // the backend's one connection: Close waits for it
 			t.Fatalf("a skippable put: %v", err)
 		}
 		if err := tx.Commit(ctx); err != nil {
