@@ -9,7 +9,7 @@ import (
 )
 
 // maxGroup is the most callers whose writes one group transaction carries;
-// a caller who finds the waiting group full commits on its own.
+// a caller who finds the last waiting group full starts the next one.
 const maxGroup = 64
 
 // committer is group commit on the client side: the writes of callers who
@@ -19,7 +19,13 @@ const maxGroup = 64
 // group rather than one per caller. A caller alone commits at once, as it
 // would without it. Every caller's writes are in exactly one committed
 // transaction when do returns nil, so a group commit is as durable as the
-// callers' own would have been.
+// callers' own would have been. However many callers wait, one transaction
+// of the committer is under way at a time: full groups queue behind it,
+// each to commit after the one before, rather than their callers
+// committing alone at once. Alone they would contend for the same rows
+// (the clock's counters, which every stamp transaction raises), and on
+// PostgreSQL the row locks and serialization failures that follow cost
+// more than the wait.
 //
 // If a group's transaction fails, nothing of it was written, except after
 // ErrCommitUnknown. Each member then commits its writes on its own, so one
@@ -33,8 +39,10 @@ type committer struct {
 	raise func(ctx context.Context, tx storage.Txn, t int64) error
 
 	mu   sync.Mutex
-	busy bool   // a transaction of this committer is under way
-	open *group // the callers waiting for the next transaction
+	busy bool // a transaction of this committer is under way
+	// queue holds the groups waiting, oldest first; only the last one
+	// takes more members.
+	queue []*group
 }
 
 type group struct {
@@ -59,14 +67,12 @@ func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) e
 		c.handOn()
 		return err
 	}
-	g := c.open
-	if g == nil || g.members == maxGroup {
-		if g != nil { // full: do not wait for a group that cannot take us
-			c.mu.Unlock()
-			return c.commit(ctx, clock, puts)
-		}
+	var g *group
+	if n := len(c.queue); n > 0 && c.queue[n-1].members < maxGroup {
+		g = c.queue[n-1]
+	} else {
 		g = &group{lead: make(chan struct{}, 1), done: make(chan struct{})}
-		c.open = g
+		c.queue = append(c.queue, g)
 	}
 	g.puts = append(g.puts, puts...)
 	g.clock = max(g.clock, clock)
@@ -87,12 +93,16 @@ func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) e
 	return c.commit(ctx, clock, puts)
 }
 
-// handOn starts the waiting group's transaction, if there is one, or marks
-// the committer idle.
+// handOn starts the oldest waiting group's transaction, if there is one, or
+// marks the committer idle.
 func (c *committer) handOn() {
 	c.mu.Lock()
-	g := c.open
-	c.open = nil
+	var g *group
+	if len(c.queue) > 0 {
+		g = c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+	}
 	c.busy = g != nil
 	c.mu.Unlock()
 	if g != nil {

@@ -17,18 +17,23 @@ import (
 // for the test to open the gate, so the callers that arrive meanwhile are
 // known to form one group; failNext makes the next Commit after the gate
 // fail as if its outcome were lost (it rolls back and says
-// ErrCommitUnknown). It counts the transactions begun.
+// ErrCommitUnknown). It counts the transactions begun, and the most under
+// way at once.
 type gatedDB struct {
 	storage.Backend
 	gate     chan struct{}
 	begins   atomic.Int64
 	commits  atomic.Int64
 	failNext atomic.Bool
+
+	mu             sync.Mutex
+	underWay, peak int
 }
 
 type gatedTxn struct {
 	storage.Txn
-	db *gatedDB
+	db   *gatedDB
+	over sync.Once // the transaction has ended (Commit or Abort)
 }
 
 func (g *gatedDB) Begin(ctx context.Context) (storage.Txn, error) {
@@ -37,10 +42,23 @@ func (g *gatedDB) Begin(ctx context.Context) (storage.Txn, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.mu.Lock()
+	g.underWay++
+	g.peak = max(g.peak, g.underWay)
+	g.mu.Unlock()
 	return &gatedTxn{Txn: tx, db: g}, nil
 }
 
+func (x *gatedTxn) end() {
+	x.over.Do(func() {
+		x.db.mu.Lock()
+		x.db.underWay--
+		x.db.mu.Unlock()
+	})
+}
+
 func (x *gatedTxn) Commit(ctx context.Context) error {
+	defer x.end()
 	if x.db.commits.Add(1) == 1 {
 		<-x.db.gate
 	} else if x.db.failNext.CompareAndSwap(true, false) {
@@ -50,6 +68,11 @@ func (x *gatedTxn) Commit(ctx context.Context) error {
 		return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: "injected"}
 	}
 	return x.Txn.Commit(ctx)
+}
+
+func (x *gatedTxn) Abort(ctx context.Context) error {
+	defer x.end()
+	return x.Txn.Abort(ctx)
 }
 
 // TestCommitterGroups: callers who arrive while a group transaction commits
@@ -102,10 +125,14 @@ func TestCommitterGroups(t *testing.T) {
 			for i, n := range nonces {
 				wg.Go(func() { errs[i] = put(n) })
 			}
-			waitFor("the others to join one group", func() bool {
+			waitFor("the others to join the groups waiting", func() bool {
 				c.mu.Lock()
 				defer c.mu.Unlock()
-				return c.open != nil && c.open.members == len(nonces)
+				n := 0
+				for _, g := range c.queue {
+					n += g.members
+				}
+				return n == len(nonces)
 			})
 			close(g.gate)
 			wg.Wait()
@@ -127,6 +154,29 @@ func TestCommitterGroups(t *testing.T) {
 		}
 		if n := g.begins.Load(); n != 2 {
 			t.Fatalf("%d transactions for one caller and a group of %d; want 2", n, members)
+		}
+
+		// More callers than a group takes: the full group and the next
+		// one queue behind the commit under way, and none of their callers
+		// commits alone beside it.
+		many := make([]string, maxGroup+members)
+		for i := range many {
+			many[i] = fmt.Sprintf("d-%d", i)
+		}
+		g, errs = round("d", many, nil)
+		for i, err := range errs {
+			if err != nil || !logged(many[i]) {
+				t.Fatalf("member %s of %d callers: %v, logged %v", many[i], len(many), err, logged(many[i]))
+			}
+		}
+		if n := g.begins.Load(); n != 3 {
+			t.Fatalf("%d transactions for one caller and %d more, at most %d to a group; want 3", n, len(many), maxGroup)
+		}
+		g.mu.Lock()
+		peak := g.peak
+		g.mu.Unlock()
+		if peak != 1 {
+			t.Fatalf("%d transactions under way at once; want 1", peak)
 		}
 
 		// One member repeats a logged nonce: the group fails, every member
