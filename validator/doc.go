@@ -131,7 +131,11 @@
 // a round trip to the server and a WAL flush, concurrent callers' log
 // writes are committed in groups: the requests that callers log while one
 // group of requests commits wait, and go in the next transaction together,
-// and likewise the outcomes. A caller alone commits at once. Both the
+// and likewise the outcomes. A caller alone commits at once. A group
+// takes at most 64 callers; the next ones form the group after it, so each
+// kind has one transaction under way at a time however many callers wait
+// (callers committing alone beside it would fight over the clock's
+// counters, which every stamp transaction raises). Both the
 // request's condition (not logged yet) and the outcome's (not stamped
 // yet) are Deferred, so a group of n costs one round trip rather than n,
 // and one WAL flush. Grouping changes no promise: a caller's writes are in

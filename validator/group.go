@@ -41,7 +41,8 @@ type committer struct {
 	mu   sync.Mutex
 	busy bool // a transaction of this committer is under way
 	// queue holds the groups waiting, oldest first; only the last one
-	// takes more members.
+	// takes more members. Every member is blocked in do, so it holds at
+	// most one group per maxGroup callers.
 	queue []*group
 }
 
