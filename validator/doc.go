@@ -141,8 +141,9 @@
 // and one WAL flush. Grouping changes no promise: a caller's writes are in
 // exactly one committed transaction when its call returns. If a group
 // fails (a member's nonce is already logged, or Recover stamped a
-// member's transaction first), nothing of it was written, and each member
-// commits on its own, so only that member fails; after a commit whose
+// member's transaction first), nothing of it was written, and each member's
+// writes are committed on their own, one transaction after another, so
+// only that member fails; after a commit whose
 // outcome is unknown every member gets that error, as it would alone. The
 // engine does not group: its commits are already grouped by its epochs,
 // and a hand-off between callers there only adds a wait.

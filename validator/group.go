@@ -28,10 +28,11 @@ const maxGroup = 64
 // more than the wait.
 //
 // If a group's transaction fails, nothing of it was written, except after
-// ErrCommitUnknown. Each member then commits its writes on its own, so one
-// caller's failed condition (a nonce already logged) or bad value fails
-// only that caller. After ErrCommitUnknown the members get that error, as
-// a caller alone would.
+// ErrCommitUnknown. The member that committed it then commits each
+// member's writes on its own, one after another, so one caller's failed
+// condition (a nonce already logged) or bad value fails only that caller,
+// and the committer still has one transaction under way. After
+// ErrCommitUnknown the members get that error, as a caller alone would.
 type committer struct {
 	db storage.Beginner
 	// raise, if set, writes the clock of a transaction's members in it:
@@ -49,10 +50,19 @@ type committer struct {
 type group struct {
 	puts    []*storage.Put
 	clock   int64 // the highest clock value a member carries
-	members int
+	members []member
 	lead    chan struct{} // one token: the member that takes it commits
-	done    chan struct{} // closed once err is set
+	done    chan struct{} // closed once err (and errs) are set
 	err     error
+	// errs, after a group that failed, is each member's own commit's.
+	errs []error
+}
+
+// member is one caller's part of a group: its clock and its puts,
+// puts[from:to].
+type member struct {
+	clock    int64
+	from, to int
 }
 
 // do commits puts, which carry the clock value clock (0 for none), in one
@@ -69,29 +79,43 @@ func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) e
 		return err
 	}
 	var g *group
-	if n := len(c.queue); n > 0 && c.queue[n-1].members < maxGroup {
+	if n := len(c.queue); n > 0 && len(c.queue[n-1].members) < maxGroup {
 		g = c.queue[n-1]
 	} else {
 		g = &group{lead: make(chan struct{}, 1), done: make(chan struct{})}
 		c.queue = append(c.queue, g)
 	}
+	i := len(g.members)
+	g.members = append(g.members, member{clock: clock, from: len(g.puts), to: len(g.puts) + len(puts)})
 	g.puts = append(g.puts, puts...)
 	g.clock = max(g.clock, clock)
-	g.members++
 	c.mu.Unlock()
 	select {
 	case <-g.done:
 	case <-g.lead:
 		// The group's writes are its members' too: commit them even if
 		// this member's context ends.
-		g.err = c.commit(context.WithoutCancel(ctx), g.clock, g.puts)
+		c.commitGroup(context.WithoutCancel(ctx), g)
 		close(g.done)
 		c.handOn()
 	}
-	if g.err == nil || g.members == 1 || errors.Is(g.err, storage.ErrCommitUnknown) {
-		return g.err
+	if g.errs != nil {
+		return g.errs[i]
 	}
-	return c.commit(ctx, clock, puts)
+	return g.err
+}
+
+// commitGroup commits g's writes in one transaction and, if that fails for
+// any reason but ErrCommitUnknown, each member's in one of its own.
+func (c *committer) commitGroup(ctx context.Context, g *group) {
+	g.err = c.commit(ctx, g.clock, g.puts)
+	if g.err == nil || len(g.members) == 1 || errors.Is(g.err, storage.ErrCommitUnknown) {
+		return
+	}
+	g.errs = make([]error, len(g.members))
+	for i, m := range g.members {
+		g.errs[i] = c.commit(ctx, m.clock, g.puts[m.from:m.to])
+	}
 }
 
 // handOn starts the oldest waiting group's transaction, if there is one, or

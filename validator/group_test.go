@@ -49,6 +49,13 @@ func (g *gatedDB) Begin(ctx context.Context) (storage.Txn, error) {
 	return &gatedTxn{Txn: tx, db: g}, nil
 }
 
+// mostUnderWay is the most transactions that were under way at once.
+func (g *gatedDB) mostUnderWay() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak
+}
+
 func (x *gatedTxn) end() {
 	x.over.Do(func() {
 		x.db.mu.Lock()
@@ -130,7 +137,7 @@ func TestCommitterGroups(t *testing.T) {
 				defer c.mu.Unlock()
 				n := 0
 				for _, g := range c.queue {
-					n += g.members
+					n += len(g.members)
 				}
 				return n == len(nonces)
 			})
@@ -172,15 +179,13 @@ func TestCommitterGroups(t *testing.T) {
 		if n := g.begins.Load(); n != 3 {
 			t.Fatalf("%d transactions for one caller and %d more, at most %d to a group; want 3", n, len(many), maxGroup)
 		}
-		g.mu.Lock()
-		peak := g.peak
-		g.mu.Unlock()
-		if peak != 1 {
-			t.Fatalf("%d transactions under way at once; want 1", peak)
+		if n := g.mostUnderWay(); n != 1 {
+			t.Fatalf("%d transactions under way at once; want 1", n)
 		}
 
-		// One member repeats a logged nonce: the group fails, every member
-		// tries alone, and only that one is refused.
+		// One member repeats a logged nonce: the group fails, every member's
+		// writes are tried alone, one after another, and only that one is
+		// refused.
 		dup := make([]string, members)
 		for i := range dup {
 			dup[i] = fmt.Sprintf("b-%d", i)
@@ -200,6 +205,9 @@ func TestCommitterGroups(t *testing.T) {
 		}
 		if n := g.begins.Load(); n != 2+members {
 			t.Fatalf("%d transactions; want 2 and one more per member (%d)", n, 2+members)
+		}
+		if n := g.mostUnderWay(); n != 1 {
+			t.Fatalf("%d transactions under way at once while a failed group's members commit alone; want 1", n)
 		}
 
 		// A group commit whose outcome is unknown: every member is told so,
