@@ -76,6 +76,10 @@ type Clock struct {
 	// begins and ends share scans (and end writes) among this process's
 	// concurrent callers (see coalescer).
 	begins, ends coalescer
+	// claims are claimIn's writes, one per counter, reused: only a
+	// committer calls it, with one transaction under way at a time, and
+	// that transaction has ended before the next call.
+	claims []raise
 }
 
 // raise is End's conditional write of one counter.
@@ -225,8 +229,9 @@ func (c *Clock) reserve(ctx context.Context, t int64) error {
 // EndUnraised is End on a database other processes share, without the
 // counter write: the caller must commit raiseIn(t), in a transaction that
 // carries the clock's log row, before it returns t to anyone or the
-// transaction's caller returns (see doc.go, "Group commit on a shared
-// database"). On an exclusive database it is End.
+// transaction's caller returns (the stamp committer does, when a claim
+// failed; see doc.go, "Group commit on a shared database"). On an
+// exclusive database it is End.
 //
 // Without the write an end clock is what a begin clock is, max + 1 of a
 // scan that began after the caller asked, so it shares the begin clocks'
@@ -237,6 +242,42 @@ func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
 		return c.endOwned(ctx)
 	}
 	return c.begins.do(ctx, c.begin)
+}
+
+// guessEnd returns the end clock a stamp transaction may claim without a
+// scan (claimIn): one more than the highest value this process has seen,
+// which is what a scan finds while no other process raised a counter since.
+// It returns false on an exclusive database, whose clocks never scan, and
+// before this process has seen any value.
+func (c *Clock) guessEnd() (int64, bool) {
+	s := c.seen.Load()
+	return s + 1, !c.owned && s > 0
+}
+
+// claimIn raises every counter to t in tx, each write Deferred on the
+// counter holding less. The transaction then commits only if t was above
+// every counter when it ran, so t is what an end scan would have given
+// then, or more; and a counter holds t once it has committed: an end
+// clock taken and raised, with no round trip of its own (see doc.go,
+// "Group commit on a shared database").
+func (c *Clock) claimIn(ctx context.Context, tx storage.Txn, t int64) error {
+	if c.claims == nil {
+		c.claims = make([]raise, c.cfg.Counters)
+		for i := range c.claims {
+			r := &c.claims[i]
+			r.put = storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[i],
+				Values: make(storage.Values, 1), Condition: &r.cond, Deferred: true}
+			r.cond = storage.Condition{Kind: storage.CondIf, Exprs: r.expr[:]}
+		}
+	}
+	for i := range c.claims {
+		r := &c.claims[i]
+		r.put.Values["value"], r.expr[0] = storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+		if err := tx.Put(ctx, &r.put); err != nil {
+			return fmt.Errorf("validator: claiming end clock %d: %w", t, err)
+		}
+	}
+	return nil
 }
 
 // raiseIn raises a counter to t in tx, unless it already holds t or more.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,8 +36,9 @@ func (s sharedDB) Unsynced() storage.Store { return storage.Unsynced(s.Backend) 
 // which a ScanEvery begin clock promises the last property only for what
 // its own process saw, so it is not checked there. Grouped, workers come
 // in threes sharing a Clock, as the threads of one process, and take end
-// clocks as the Validator's logging does there: EndUnraised, then a
-// group commit that raises the counter.
+// clocks as the Validator's logging does there: from the stamp
+// committer, which claims one or scans for it (TestStampClaims follows
+// which it does).
 func TestClockOverlap(t *testing.T) {
 	for _, tc := range []struct {
 		cfg             ClockConfig
@@ -76,7 +78,7 @@ func TestClockOverlap(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				procs[w] = proc{c, &committer{db: db, raise: c.raiseIn}}
+				procs[w] = proc{c, &committer{db: db, clock: c}}
 			}
 			var wg sync.WaitGroup
 			for w := range 12 {
@@ -103,11 +105,7 @@ func TestClockOverlap(t *testing.T) {
 						end := seq.Add(1)
 						var e int64
 						if tc.grouped {
-							if e, err = c.EndUnraised(ctx); err == nil {
-								if err = procs[w].gc.do(ctx, e); err == nil {
-									c.see(e)
-								}
-							}
+							e, err = procs[w].gc.do(ctx)
 						} else {
 							e, err = c.End(ctx)
 						}
@@ -154,6 +152,13 @@ func TestClockOverlap(t *testing.T) {
 				t.Fatalf("%d overlapping and %d ordered pairs; the test shows nothing", overlaps, ordered)
 			}
 			t.Logf("%d transactions, %d really overlapping pairs, %d ordered", len(ivs), overlaps, ordered)
+			if tc.grouped {
+				claimed, scanned := 0, 0
+				for w := 0; w < len(procs); w += 3 {
+					claimed, scanned = claimed+procs[w].gc.claimed, scanned+procs[w].gc.scanned
+				}
+				t.Logf("end clocks claimed by %d stamps, scanned for by %d", claimed, scanned)
+			}
 		})
 	}
 }
@@ -202,6 +207,104 @@ func TestCoalescerRunsAfterArrival(t *testing.T) {
 	if runs := started.Load(); runs >= callers*calls {
 		t.Errorf("%d runs for %d calls: none shared", runs, callers*calls)
 	}
+}
+
+// TestStampClaims follows the stamp committer's end clocks on a shared
+// database while another process (a second Clock) raises one counter,
+// each in turn, between stamps. A claim made after such a raise must fail
+// and the end clock come from a scan, above the raised value; the next
+// stamp, backing off, scans; the one after claims again. After every
+// stamp each counter the claim wrote holds its end clock, and no end
+// clock is at or below a value a counter held before.
+func TestStampClaims(t *testing.T) {
+	ctx := context.Background()
+	run := func(t *testing.T, db storage.Backend, ns string) {
+		if err := ensureSchema(ctx, db, ns); err != nil {
+			t.Fatal(err)
+		}
+		const k = 3
+		c, err := newClock(ctx, db, ns, ClockConfig{Counters: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := newClock(ctx, db, ns, ClockConfig{Counters: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gc := &committer{db: db, clock: c}
+		counters := func() []int64 {
+			var vs []int64
+			for i := range k {
+				row, ok, err := db.Get(ctx, &storage.Get{Namespace: ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[i]})
+				if err != nil || !ok {
+					t.Fatalf("counter %d: %v, found %v", i, err, ok)
+				}
+				vs = append(vs, row["value"].AsBigInt())
+			}
+			return vs
+		}
+		var last int64
+		stamp := func(claim bool) {
+			t.Helper()
+			before := counters()
+			claimed, scanned := gc.claimed, gc.scanned
+			e, err := gc.do(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e <= slices.Max(before) || e <= last {
+				t.Fatalf("end clock %d; the counters held %v before, the last end clock was %d", e, before, last)
+			}
+			last = e
+			after := counters()
+			if claim {
+				if gc.claimed != claimed+1 || gc.scanned != scanned {
+					t.Fatalf("want a claim: claims %d → %d, scans %d → %d", claimed, gc.claimed, scanned, gc.scanned)
+				}
+				for i, v := range after {
+					if v != e {
+						t.Fatalf("counter %d holds %d after end clock %d was claimed (%v)", i, v, e, after)
+					}
+				}
+			} else if gc.claimed != claimed || gc.scanned != scanned+1 || slices.Max(after) != e {
+				t.Fatalf("want a scan: claims %d → %d, scans %d → %d; counters %v after end clock %d", claimed, gc.claimed, scanned, gc.scanned, after, e)
+			}
+		}
+		// Nothing seen yet: the first stamp scans, and so do the next two,
+		// as after a failed claim.
+		if _, err := c.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stamp(false)
+		stamp(true)
+		for round := range 2 * k {
+			// The other process raises one counter, the next each round.
+			if _, err := other.End(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stamp(false) // the claim fails; a scan
+			stamp(false) // backing off
+			stamp(true)
+			if t.Failed() {
+				t.Fatalf("round %d", round)
+			}
+		}
+		// Two failed claims in a row back off for three stamps.
+		for try := range 2 {
+			if _, err := other.End(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stamp(false) // the claim fails
+			if try == 0 {
+				stamp(false) // backing off
+			}
+		}
+		if gc.skip != 3 || gc.backoff != 3 {
+			t.Fatalf("after two failed claims in a row: skip %d, backoff %d; want 3, 3", gc.skip, gc.backoff)
+		}
+	}
+	t.Run("engine", func(t *testing.T) { run(t, sharedDB{openEngineDB(t)}, DefaultNamespace) })
+	t.Run("postgres", func(t *testing.T) { run(t, openPostgresDB(t), fmt.Sprintf("stampclaims_%d", rand.Uint64())) })
 }
 
 // TestClockOwnedAcrossReopen checks that on an exclusive database, which

@@ -19,9 +19,11 @@
 // aborted one, and waits Config.TxTimeout before stamping one the ledger
 // does not know. The end stamp is conditional on none being there, so the
 // client and a concurrent Recover cannot both stamp. Logging takes no lock
-// and writes no shared row besides one clock counter per end clock (in a
-// write of its own, never inside a logging transaction), so client
-// threads do not serialize on it.
+// and writes no shared row besides the clock's counters, when it raises
+// them to an end clock, so client threads do not serialize on it: on an
+// exclusive database in a write of its own, once every reserveAhead end
+// clocks; on a shared one in the transaction that stamps a group of
+// outcomes (below).
 //
 // # The logical clock (§4.2.2–4.2.3)
 //
@@ -148,23 +150,33 @@
 // engine does not group: its commits are already grouped by its epochs,
 // and a hand-off between callers there only adds a wait.
 //
-// There the end clock's counter write, too, goes in the transaction that
-// stamps the outcomes, one write raising a counter to the highest end
-// clock of the group, so an end clock costs a scan, which it shares with
-// begin clocks, and no commit of its own. The counter write is Skippable
-// (a counter already past the value needs nothing), so it too goes
-// without a round trip of its own. The clock's three properties
-// still hold. The first two rest on
-// scans alone. The third needs a counter to hold e_i once T_i's
-// ExecuteRequest returns, and it does: the stamp committed first, and
-// with it the counter write. A group that fails takes its counter write
-// back with its stamps; the members' end clocks are then in no log row, and
-// the member alone writes its own. The value this process has seen (for
-// ScanEvery) is raised only after the commit, so a begin clock never
-// builds on a value no counter holds. Callers whose end clocks came from
-// one scan may commit in different groups, or a later scan may run before
-// an earlier group commits and hand out the same value again; equal clocks
-// order nothing, so that only makes intervals meet.
+// There the stamp committer takes the group's end clock itself, in the
+// transaction that stamps the outcomes: every member's reply has arrived
+// before that transaction runs, so one end clock serves them all. Its
+// first try needs no scan. It claims s + 1, where s is the highest value
+// this process has seen, by raising every counter to s + 1, each write
+// Deferred on the counter holding less; the whole transaction is then one
+// round trip. It commits only if, when it ran, every counter was below
+// s + 1, so s + 1 is max + 1 of the counters at that point, as an end
+// scan there would have found; and since each counter was written, none
+// could be raised past it before the commit. If another process raised a
+// counter meanwhile, a condition fails and nothing is written; the end
+// clock then comes from a scan, which it shares with begin clocks, and the
+// transaction raises one counter to it with a Skippable write (a counter
+// already past it needs nothing), again without a round trip of its own.
+// After a failed claim the committer scans for a while (doubling after
+// each failure in a row) before it claims again. Either way the clock's
+// three properties still hold. The first two rest on reads taken after
+// the replies arrived, and the claim's conditions are such a read. The
+// third needs a counter to hold e_i once T_i's ExecuteRequest returns,
+// and it does: the stamp committed first, and with it the counter write.
+// A group that fails takes its counter writes back with its stamps; the
+// members' end clocks are then in no log row, and each member's stamp
+// takes its own. The value this process has seen (for ScanEvery and
+// claims) is raised only after the commit, so a begin clock never builds
+// on a value no counter holds. A later scan may run before an earlier
+// group commits and hand out the same value again; equal clocks order
+// nothing, so that only makes intervals meet.
 //
 // # Validation (Algorithm 2), and strict serializability
 //

@@ -8,6 +8,10 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
+// maxBackoff is the most stamps a committer takes from a scan, after
+// failed claims, before it tries to claim an end clock again.
+const maxBackoff = 63
+
 // maxGroup is the most callers whose writes one group transaction carries;
 // a caller who finds the last waiting group full starts the next one.
 const maxGroup = 64
@@ -35,9 +39,17 @@ const maxGroup = 64
 // ErrCommitUnknown the members get that error, as a caller alone would.
 type committer struct {
 	db storage.Beginner
-	// raise, if set, writes the clock of a transaction's members in it:
-	// the highest clock value any of them carries (Clock.raiseIn).
-	raise func(ctx context.Context, tx storage.Txn, t int64) error
+	// clock, if set, makes this the stamp committer: it takes the end
+	// clock of the transactions whose outcomes a group stamps, sets it in
+	// their writes (stampEnd) and raises the counters to it, in the
+	// group's transaction (see stamp).
+	clock *Clock
+	// skip is how many of the next stamps take their end clock from a
+	// scan without trying to claim one, after claims failed; claimed and
+	// scanned count the stamps of each kind. Only the member committing
+	// touches them, one transaction at a time.
+	skip, backoff    int
+	claimed, scanned int
 
 	mu   sync.Mutex
 	busy bool // a transaction of this committer is under way
@@ -49,34 +61,33 @@ type committer struct {
 
 type group struct {
 	puts    []*storage.Put
-	clock   int64 // the highest clock value a member carries
 	members []member
 	lead    chan struct{} // one token: the member that takes it commits
-	done    chan struct{} // closed once err (and errs) are set
+	done    chan struct{} // closed once end and err (or ends and errs) are set
+	end     int64         // the end clock the transaction stamped, if it did
 	err     error
-	// errs, after a group that failed, is each member's own commit's.
+	// ends and errs, after a group that failed, are each member's own
+	// commit's.
+	ends []int64
 	errs []error
 }
 
-// member is one caller's part of a group: its clock and its puts,
-// puts[from:to].
-type member struct {
-	clock    int64
-	from, to int
-}
+// member is one caller's part of a group: its puts, puts[from:to].
+type member struct{ from, to int }
 
-// do commits puts, which carry the clock value clock (0 for none), in one
-// transaction, with those of concurrent callers. It returns once they are
-// durable, or with the error a transaction of its own would have had. The
-// puts must stay unchanged until it returns.
-func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) error {
+// do commits puts in one transaction, with those of concurrent callers.
+// It returns once they are durable, or with the error a transaction of its
+// own would have had; and, from the stamp committer, the end clock they
+// were stamped with. The puts must stay unchanged until it returns, but
+// for the stamp committer's stampEnd.
+func (c *committer) do(ctx context.Context, puts ...*storage.Put) (int64, error) {
 	c.mu.Lock()
 	if !c.busy {
 		c.busy = true
 		c.mu.Unlock()
-		err := c.commit(ctx, clock, puts)
+		end, err := c.commit(ctx, puts)
 		c.handOn()
-		return err
+		return end, err
 	}
 	var g *group
 	if n := len(c.queue); n > 0 && len(c.queue[n-1].members) < maxGroup {
@@ -86,9 +97,8 @@ func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) e
 		c.queue = append(c.queue, g)
 	}
 	i := len(g.members)
-	g.members = append(g.members, member{clock: clock, from: len(g.puts), to: len(g.puts) + len(puts)})
+	g.members = append(g.members, member{from: len(g.puts), to: len(g.puts) + len(puts)})
 	g.puts = append(g.puts, puts...)
-	g.clock = max(g.clock, clock)
 	c.mu.Unlock()
 	select {
 	case <-g.done:
@@ -100,21 +110,21 @@ func (c *committer) do(ctx context.Context, clock int64, puts ...*storage.Put) e
 		c.handOn()
 	}
 	if g.errs != nil {
-		return g.errs[i]
+		return g.ends[i], g.errs[i]
 	}
-	return g.err
+	return g.end, g.err
 }
 
 // commitGroup commits g's writes in one transaction and, if that fails for
 // any reason but ErrCommitUnknown, each member's in one of its own.
 func (c *committer) commitGroup(ctx context.Context, g *group) {
-	g.err = c.commit(ctx, g.clock, g.puts)
+	g.end, g.err = c.commit(ctx, g.puts)
 	if g.err == nil || len(g.members) == 1 || errors.Is(g.err, storage.ErrCommitUnknown) {
 		return
 	}
-	g.errs = make([]error, len(g.members))
+	g.ends, g.errs = make([]int64, len(g.members)), make([]error, len(g.members))
 	for i, m := range g.members {
-		g.errs[i] = c.commit(ctx, m.clock, g.puts[m.from:m.to])
+		g.ends[i], g.errs[i] = c.commit(ctx, g.puts[m.from:m.to])
 	}
 }
 
@@ -135,16 +145,66 @@ func (c *committer) handOn() {
 	}
 }
 
-func (c *committer) commit(ctx context.Context, clock int64, puts []*storage.Put) error {
-	if c.raise == nil || clock == 0 {
-		return commitPuts(ctx, c.db, puts...)
+func (c *committer) commit(ctx context.Context, puts []*storage.Put) (int64, error) {
+	if c.clock == nil {
+		return 0, commitPuts(ctx, c.db, puts...)
 	}
-	return storage.Update(ctx, c.db, func(tx storage.Txn) error {
-		if err := c.raise(ctx, tx, clock); err != nil {
+	return c.stamp(ctx, puts)
+}
+
+// stamp commits outcome writes with an end clock it takes for them. An end
+// clock must be max + 1 of a scan of the counters begun after every reply
+// arrived, raised into a counter before any caller returns (doc.go). The
+// first try needs no scan: it claims one more than the highest value this
+// process has seen, in a transaction that raises every counter to it on
+// condition that each holds less (Clock.claimIn), one round trip in all.
+// Only if another process raised a counter meanwhile (or a member's own
+// condition fails) does that transaction fail; then the end clock comes
+// from a scan, and the transaction raises one counter to it, Skippable.
+//
+// A failed claim costs a round trip more than a scan would have, so after
+// one the committer scans for the next stamps, twice as many after each
+// failed claim in a row (up to maxBackoff): where other processes raise
+// the counters all the time, claims are rarely tried.
+func (c *committer) stamp(ctx context.Context, puts []*storage.Put) (int64, error) {
+	if t, ok := c.clock.guessEnd(); ok && c.skip == 0 {
+		err := storage.UpdateWith(ctx, c.db, storage.RetryPolicy{MaxAttempts: 1}, func(tx storage.Txn) error {
+			stampEnd(puts, t)
+			if err := c.clock.claimIn(ctx, tx, t); err != nil {
+				return err
+			}
+			return putAll(ctx, tx, puts)
+		})
+		if err == nil {
+			c.clock.see(t)
+			c.claimed, c.backoff = c.claimed+1, 0
+			return t, nil
+		}
+		if !errors.Is(err, storage.ErrConditionNotMet) && !storage.IsRetryable(err) {
+			return 0, err
+		}
+		c.backoff = min(2*c.backoff+1, maxBackoff)
+		c.skip = c.backoff
+	} else if c.skip > 0 {
+		c.skip--
+	}
+	c.scanned++
+	t, err := c.clock.EndUnraised(ctx)
+	if err != nil {
+		return 0, err
+	}
+	stampEnd(puts, t)
+	err = storage.Update(ctx, c.db, func(tx storage.Txn) error {
+		if err := c.clock.raiseIn(ctx, tx, t); err != nil {
 			return err
 		}
 		return putAll(ctx, tx, puts)
 	})
+	if err != nil {
+		return 0, err
+	}
+	c.clock.see(t) // a counter holds it now
+	return t, nil
 }
 
 // commitPuts commits puts in one transaction.

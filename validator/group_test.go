@@ -113,7 +113,8 @@ func TestCommitterGroups(t *testing.T) {
 			put := func(nonce string) error {
 				lr := newLogRequests(ns)
 				tx := &Tx{Request: ledger.Request{Nonce: nonce, ContractID: "c", Entity: "e", Argument: []byte("{}")}, Begin: 1}
-				return c.do(ctx, 0, lr.requestPut(tx), lr.pendingPut(tx))
+				_, err := c.do(ctx, lr.requestPut(tx), lr.pendingPut(tx))
+				return err
 			}
 			first := make(chan error, 1)
 			go func() { first <- put(name + "-first") }()

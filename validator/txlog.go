@@ -117,6 +117,13 @@ func (lr *logRequests) pendingPut(t *Tx) *storage.Put {
 	return p
 }
 
+// stampEnd sets the end clock that outcome writes (outcomePut) stamp.
+func stampEnd(puts []*storage.Put, t int64) {
+	for _, p := range puts {
+		p.Values["end_clock"] = storage.BigInt(t)
+	}
+}
+
 // outcomePut stamps t's end clock and outcome, on condition that no other
 // process (Recover) stamped it first.
 func (lr *logRequests) outcomePut(t *Tx) *storage.Put {

@@ -134,7 +134,7 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 		return nil, err
 	}
 	if v.stamps != nil {
-		v.stamps.raise = v.clock.raiseIn
+		v.stamps.clock = v.clock
 	}
 	if v.key == nil {
 		if v.key, err = v.pinLedgerKey(ctx); err != nil {
@@ -255,7 +255,7 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 	defer v.logs.Put(lr)
 	var err error
 	if v.requests != nil {
-		err = v.requests.do(ctx, 0, lr.requestPut(t), lr.pendingPut(t))
+		_, err = v.requests.do(ctx, lr.requestPut(t), lr.pendingPut(t))
 	} else {
 		err = commitPuts(ctx, v.db, lr.requestPut(t), lr.pendingPut(t))
 	}
@@ -271,25 +271,15 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 // logOutcome takes the end clock and stamps it with the outcome, unless
 // another process (Recover) stamped the transaction first.
 //
-// On a shared database the end clock's counter write goes in the
+// On a shared database the stamp committer takes the end clock, in the
 // transaction that stamps the outcome (see doc.go, "Group commit on a
 // shared database").
 func (v *Validator) logOutcome(ctx context.Context, t *Tx) error {
 	var err error
-	if v.stamps != nil {
-		t.End, err = v.clock.EndUnraised(ctx)
-	} else {
-		t.End, err = v.clock.End(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrLogIncomplete, err)
-	}
 	lr := v.logRequests()
 	if v.stamps != nil {
-		if err = v.stamps.do(ctx, t.End, lr.outcomePut(t)); err == nil {
-			v.clock.see(t.End) // a counter holds it now
-		}
-	} else {
+		t.End, err = v.stamps.do(ctx, lr.outcomePut(t))
+	} else if t.End, err = v.clock.End(ctx); err == nil {
 		err = v.outcomes.Put(ctx, lr.outcomePut(t))
 	}
 	v.logs.Put(lr)
