@@ -66,8 +66,10 @@
 // one more than the highest value this process has read or written — a
 // value some counter already held, so this is a stale scan (and the third
 // property holds only for what this process has seen). End clocks never
-// skip the scan: an end clock that is too small could make two
-// overlapping transactions look ordered.
+// skip the scan unchecked: an end clock that is too small could make two
+// overlapping transactions look ordered. (A claimed end clock, below,
+// skips it, and the commit that stamps it checks it against every
+// counter.)
 //
 // One process. On a database no other process can reach while it is open
 // (storage.Exclusive: the embedded engine locks its directory), every
