@@ -21,10 +21,11 @@ type ClockConfig struct {
 	// counters; but every claim writes each counter, and every scan reads
 	// it. With one process on PostgreSQL, K = 4 added about 0.1 ms to a
 	// lone transaction against K = 1 and gave the same throughput at 64
-	// threads (README, forty-first session). On the engine (before claims)
-	// a begin and end clock cost about 14, 22 and 40 µs of CPU at K = 1,
-	// 4 and 16 with 64 concurrent callers; one counter write is shorter
-	// than a scan, so contention cost little even at K = 1.
+	// threads (README, forty-first session). On the engine, when its
+	// clocks still scanned, a begin and end clock cost about 14, 22 and
+	// 40 µs of CPU at K = 1, 4 and 16 with 64 concurrent callers; one
+	// counter write is shorter than a scan, so contention cost little even
+	// at K = 1.
 	Counters int
 	// ScanEvery is N: a begin clock scans the table only every Nth time
 	// and otherwise takes one more than the highest value this process has

@@ -159,8 +159,9 @@
 // this process has seen, by raising every counter to s + 1, each write
 // Deferred on the counter holding less; the whole transaction is then one
 // round trip. It commits only if, when it ran, every counter was below
-// s + 1, so s + 1 is max + 1 of the counters at that point, as an end
-// scan there would have found; and since each counter was written, none
+// s + 1; and some counter held s already (the process read s there, or
+// raised one to it), so s + 1 is max + 1 of the counters at that point,
+// as an end scan there would have found; and since each counter was written, none
 // could be raised past it before the commit. If another process raised a
 // counter meanwhile, a condition fails and nothing is written; the end
 // clock then comes from a scan, which it shares with begin clocks, and the
