@@ -85,14 +85,28 @@ type Clock struct {
 	// claims are claimIn's writes, one per counter, reused: only a
 	// committer calls it, with one transaction under way at a time, and
 	// that transaction has ended before the next call.
-	claims []raise
+	claims []*raise
 }
 
-// raise is End's conditional write of one counter.
+// raise is a write of one counter on condition that it holds less
+// (newRaise, to).
 type raise struct {
 	put  storage.Put
 	cond storage.Condition
 	expr [1]storage.Expr
+}
+
+// newRaise returns a raise of counter slot, its value set by to.
+func (c *Clock) newRaise(slot int) *raise {
+	r := &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[slot], Values: make(storage.Values, 1)},
+		cond: storage.Condition{Kind: storage.CondIf}}
+	r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
+	return r
+}
+
+// to makes r write t, on condition that the counter holds less.
+func (r *raise) to(t int64) {
+	r.put.Values["value"], r.expr[0] = storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
 }
 
 // ownedKey is the key of an exclusive database's shared clock state for
@@ -232,21 +246,17 @@ func (c *Clock) reserve(ctx context.Context, t int64) error {
 	return nil
 }
 
-// EndUnraised is End on a database other processes share, without the
-// counter write: the caller must commit raiseIn(t), in a transaction that
-// carries the clock's log row, before it returns t to anyone or the
-// transaction's caller returns (the stamp committer does, when a claim
-// failed; see doc.go, "Group commit on a shared database"). On an
-// exclusive database it is End.
+// EndUnraised is End without the counter write, on a database other
+// processes share (the stamp committer's, after a claim failed): the
+// caller must commit raiseIn(t), in a transaction that carries the
+// clock's log row, before it returns t to anyone or the transaction's
+// caller returns (see doc.go, "Group commit on a shared database").
 //
 // Without the write an end clock is what a begin clock is, max + 1 of a
 // scan that began after the caller asked, so it shares the begin clocks'
 // scans; never ScanEvery's skipped ones. It must not share End's runs: a
 // caller of End would get a value nobody raised.
 func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
-	if c.owned {
-		return c.endOwned(ctx)
-	}
 	return c.begins.do(ctx, c.begin)
 }
 
@@ -268,17 +278,14 @@ func (c *Clock) guessEnd() (int64, bool) {
 // "Group commit on a shared database").
 func (c *Clock) claimIn(ctx context.Context, tx storage.Txn, t int64) error {
 	if c.claims == nil {
-		c.claims = make([]raise, c.cfg.Counters)
-		for i := range c.claims {
-			r := &c.claims[i]
-			r.put = storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[i],
-				Values: make(storage.Values, 1), Condition: &r.cond, Deferred: true}
-			r.cond = storage.Condition{Kind: storage.CondIf, Exprs: r.expr[:]}
+		for i := range c.cfg.Counters {
+			r := c.newRaise(i)
+			r.put.Deferred = true
+			c.claims = append(c.claims, r)
 		}
 	}
-	for i := range c.claims {
-		r := &c.claims[i]
-		r.put.Values["value"], r.expr[0] = storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+	for _, r := range c.claims {
+		r.to(t)
 		if err := tx.Put(ctx, &r.put); err != nil {
 			return fmt.Errorf("validator: claiming end clock %d: %w", t, err)
 		}
@@ -328,17 +335,17 @@ func (c *Clock) raise(ctx context.Context, t int64) error {
 // raiseOf returns the conditional write that raises the next counter,
 // round-robin, to t; put it back in c.raises once done.
 func (c *Clock) raiseOf(t int64) *raise {
-	slot := c.next.Add(1) % uint64(c.cfg.Counters)
+	slot := int(c.next.Add(1) % uint64(c.cfg.Counters))
 	r, ok := c.raises.Get().(*raise)
 	if !ok {
 		// Skippable: a counter already past t needs nothing, and a
 		// transaction (raiseIn) can then send the write without waiting for
 		// its answer.
-		r = &raise{put: storage.Put{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Values: make(storage.Values, 1), Skippable: true},
-			cond: storage.Condition{Kind: storage.CondIf}}
-		r.cond.Exprs, r.put.Condition = r.expr[:], &r.cond
+		r = c.newRaise(slot)
+		r.put.Skippable = true
 	}
-	r.put.Clustering, r.put.Values["value"], r.expr[0] = c.slots[slot], storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+	r.put.Clustering = c.slots[slot]
+	r.to(t)
 	return r
 }
 

@@ -127,14 +127,11 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 		return nil, err
 	}
 	v := &Validator{cfg: cfg, db: cfg.DB, ns: cfg.Namespace, c: cfg.Client, key: cfg.LedgerKey, outcomes: storage.Unsynced(cfg.DB)}
-	if _, ok := cfg.DB.(storage.Exclusive); !ok {
-		v.requests, v.stamps = &committer{db: cfg.DB}, &committer{db: cfg.DB}
-	}
 	if v.clock, err = newClock(ctx, cfg.DB, cfg.Namespace, cfg.Clock); err != nil {
 		return nil, err
 	}
-	if v.stamps != nil {
-		v.stamps.clock = v.clock
+	if !v.clock.owned {
+		v.requests, v.stamps = &committer{db: cfg.DB}, &committer{db: cfg.DB, clock: v.clock}
 	}
 	if v.key == nil {
 		if v.key, err = v.pinLedgerKey(ctx); err != nil {

@@ -244,15 +244,21 @@ func TestTxnRoundTrips(t *testing.T) {
 	put := func(k int64) *storage.Put {
 		return &storage.Put{Namespace: ns, Table: "t", Partition: storage.Values{"k": storage.BigInt(k)}, Values: storage.Values{"v": storage.BigInt(k)}}
 	}
-	run := func() (trips int64) {
+	// begin starts a transaction and returns it with the replies counted
+	// so far. Its caller defers Abort: a failure must give the backend's
+	// one connection back, as closing the backend waits for it; after
+	// Commit, Abort does nothing.
+	begin := func() (storage.Txn, int64) {
 		before := p.replies.Load()
 		tx, err := b.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A failure below must give the backend's one connection back:
-		// closing the backend waits for it. After Commit this does nothing.
-		defer tx.Abort(ctx)
+		return tx, before
+	}
+	run := func() (trips int64) {
+		tx, before := begin()
+		defer tx.Abort(ctx) // see begin
 		if err := tx.Put(ctx, put(7)); err != nil {
 			t.Fatal(err)
 		}
@@ -279,14 +285,8 @@ func TestTxnRoundTrips(t *testing.T) {
 	// the transaction. (When the row exists the failed transaction is
 	// rolled back besides.)
 	deferred := func(k int64) (trips int64, err error) {
-		before := p.replies.Load()
-		tx, err := b.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A failure below must give the backend's one connection back:
-		// closing the backend waits for it. After Commit this does nothing.
-		defer tx.Abort(ctx)
+		tx, before := begin()
+		defer tx.Abort(ctx) // see begin
 		d := put(k)
 		d.Condition, d.Deferred = storage.IfNotExists(), true
 		if err := tx.Put(ctx, d); err != nil {
@@ -307,14 +307,8 @@ func TestTxnRoundTrips(t *testing.T) {
 	// A Skippable If put goes with COMMIT as well, whether its condition
 	// holds or not, and the transaction commits either way.
 	skippable := func(k, v int64) int64 {
-		before := p.replies.Load()
-		tx, err := b.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A failure below must give the backend's one connection back:
-		// closing the backend waits for it. After Commit this does nothing.
-		defer tx.Abort(ctx)
+		tx, before := begin()
+		defer tx.Abort(ctx) // see begin
 		s := put(k)
 		s.Values["v"] = storage.BigInt(v)
 		s.Condition, s.Skippable = storage.If(storage.Lt("v", storage.BigInt(v))), true
