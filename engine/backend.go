@@ -542,6 +542,23 @@ func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
 	return t.x.applyDelete(tb, d)
 }
 
+// Expect reads the row into the read set and checks the condition now;
+// validation at commit fails the transaction if the row changed since.
+func (t *Txn) Expect(ctx context.Context, e *storage.Expect) error {
+	if e == nil {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "expect", Detail: "nil Expect"}
+	}
+	tb, err := t.table("expect", e.Namespace, e.Table)
+	if err != nil {
+		return err
+	}
+	if err := tb.schema.CheckExpect(e, t.db.cfg.Limits); err != nil {
+		return err
+	}
+	pk, ck := tb.encodePartition(e.Partition), tb.encodeClustering(e.Clustering)
+	return t.x.checkCondition("expect", tb, e.Condition, e.Partition, e.Clustering, pk, ck)
+}
+
 // Commit validates and installs the transaction and returns once it is
 // durable: once the durable epoch reaches its commit epoch (for a
 // read-only transaction, the epoch of the newest version it read).

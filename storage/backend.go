@@ -68,6 +68,11 @@ type Txn interface {
 	// transaction, or Skippable, which skips the write and returns nil.
 	Put(ctx context.Context, p *Put) error
 	Delete(ctx context.Context, d *Delete) error
+	// Expect makes the transaction commit only if a row meets a condition,
+	// and writes nothing; a condition that does not hold ends the
+	// transaction with ErrConditionNotMet, from Expect or a later call
+	// (see Expect).
+	Expect(ctx context.Context, e *Expect) error
 	// Commit returns nil only once the transaction is committed and durable.
 	// ErrConflict: rolled back; ErrCommitUnknown: the outcome is not known.
 	Commit(ctx context.Context) error

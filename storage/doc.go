@@ -35,7 +35,10 @@
 // Commit, and ends the transaction (a backend that queues writes sends it
 // without a round trip of its own). A Skippable put's condition that does
 // not hold skips it instead, silently, in a transaction or not; a backend
-// that queues writes sends it without a round trip of its own too.
+// that queues writes sends it without a round trip of its own too. A
+// transaction may also Expect a row to meet a condition without writing
+// it: it then commits only if the row does, and the failure, like a
+// Deferred put's, may come from a later call.
 //
 // Transactions (Txn, and the Update helper that retries conflicts) are
 // strictly serializable, phantoms included: a transaction that scanned a

@@ -81,6 +81,21 @@ type Delete struct {
 	Condition        *Condition // nil, IfExists or If; IfNotExists is rejected
 }
 
+// Expect asks, in a transaction, that one row meet a condition: the
+// transaction commits only if it does, as the transaction sees the row, and
+// Expect writes nothing. It is a read whose only answer is whether to go
+// on, so a backend that queues writes sends it with what follows, as it
+// does a Deferred put, and its failure may likewise come from a later call
+// or Commit: ErrConditionNotMet, and none of the transaction's writes
+// commit. Like any read, the row must not change before the transaction
+// commits, or the transaction conflicts.
+type Expect struct {
+	Namespace, Table string
+	Partition        Values
+	Clustering       Values
+	Condition        *Condition // IfExists, IfNotExists or If; nil is ErrInvalidArgument
+}
+
 // Mutation is a *Put or a *Delete, for Mutate.
 type Mutation interface {
 	target() (namespace, table string, partition, clustering Values)
@@ -518,6 +533,18 @@ func (t *Table) CheckDelete(d *Delete, lim Limits) error {
 		return err
 	}
 	return t.checkCondition("delete", d.Condition, lim)
+}
+
+// CheckExpect validates an Expect.
+func (t *Table) CheckExpect(e *Expect, lim Limits) error {
+	const op = "expect"
+	if err := t.CheckKey(op, e.Partition, e.Clustering, lim); err != nil {
+		return err
+	}
+	if e.Condition == nil {
+		return t.fail(ErrInvalidArgument, op, "", "Expect takes a condition")
+	}
+	return t.checkCondition(op, e.Condition, lim)
 }
 
 // CheckMutation validates one Put or Delete.

@@ -98,7 +98,10 @@ type writeStmt struct {
 	// keeps no part of its request: the caller may reuse it once the call
 	// returns.)
 	conditional bool
-	deferred    bool // a transaction's Deferred put (deferredSQL), queued
+	// deferred: a transaction's Deferred put (deferredSQL) or Expect
+	// (expectSQL), queued; unmet says what its failure means.
+	deferred bool
+	unmet    string
 }
 
 func writeSQL(t *relTable, m storage.Mutation) writeStmt {
@@ -312,7 +315,8 @@ func (b *Backend) Begin(ctx context.Context) (storage.Txn, error) {
 //     queued and sent with the next statement that needs an answer (a
 //     read, a conditional write) or with COMMIT; so is a Deferred put,
 //     whose statement fails the transaction if its condition does not
-//     hold, and a Skippable put, whose statement then changes nothing.
+//     hold, as an Expect's does, and a Skippable put, whose statement
+//     then changes nothing.
 //
 // A ledger YCSB-F transaction, which reads an asset's head and writes its
 // new version, the head and the nonce's state (a Deferred put), then costs
@@ -407,7 +411,7 @@ func (x *txn) send(ctx context.Context, last string, args []any, mayHaveCommitte
 				if pe.Code == "23505" {
 					return br, condFailed(q.op, q.t, "the row exists (a deferred IfNotExists)")
 				}
-				return br, condFailed(q.op, q.t, "no row met the deferred condition")
+				return br, condFailed(q.op, q.t, q.unmet)
 			}
 			return br, x.batchErr(err, queued, last, q, mayHaveCommitted)
 		}
@@ -544,7 +548,7 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	}
 	var w writeStmt
 	if p, ok := m.(*storage.Put); ok && p.Deferred {
-		w = writeStmt{op: "put", t: t, conditional: true, deferred: true}
+		w = writeStmt{op: "put", t: t, conditional: true, deferred: true, unmet: "no row met the deferred condition"}
 		w.sql, w.args = deferredSQL(t, p)
 	} else {
 		w = writeSQL(t, m)
@@ -555,6 +559,29 @@ func (x *txn) write(ctx context.Context, op string, m storage.Mutation) error {
 	}
 	// A conditional write needs its answer: it goes now, through Exec.
 	return x.end(ctx, x.b.runWrite(ctx, x, false, w))
+}
+
+// Expect queues its statement (expectSQL) with the writes: it needs no
+// round trip of its own.
+func (x *txn) Expect(ctx context.Context, e *storage.Expect) error {
+	const op = "expect"
+	if e == nil {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: op, Detail: "nil Expect"}
+	}
+	t, err := x.table(ctx, op, e.Namespace, e.Table)
+	if err != nil {
+		return err
+	}
+	if err := t.CheckExpect(e, x.b.limits); err != nil {
+		return err
+	}
+	w := writeStmt{op: op, t: t, conditional: true, deferred: true, unmet: "the row does not meet the expected condition"}
+	if e.Condition.Kind == storage.CondIfNotExists {
+		w.unmet = "the row exists (an expected IfNotExists)"
+	}
+	w.sql, w.args = expectSQL(t, e)
+	x.queued = append(x.queued, w)
+	return nil
 }
 
 // Commit sends the queued writes and COMMIT in one round trip. A

@@ -367,6 +367,21 @@ func buildPut(t *relTable, p *storage.Put, plain bool) (string, []any) {
 	return b.sb.String(), b.args
 }
 
+// expectSQL returns the statement of an Expect, queued like a Deferred
+// put's: it divides by zero, failing the transaction, unless the row meets
+// the condition (for IfNotExists, unless there is no row).
+func expectSQL(t *relTable, e *storage.Expect) (string, []any) {
+	var b builder
+	if e.Condition.Kind == storage.CondIfNotExists {
+		b.w("SELECT 1 / (1 - count(*)) FROM ", t.qname, " WHERE ")
+	} else {
+		b.w("SELECT 1 / count(*) FROM ", t.qname, " WHERE ")
+	}
+	b.whereKey(t, e.Partition, e.Clustering)
+	b.conditionExprs(t, e.Condition)
+	return b.sb.String(), b.args
+}
+
 func deleteSQL(t *relTable, d *storage.Delete) (string, []any) {
 	var b builder
 	b.w("DELETE FROM ", t.qname, " WHERE ")

@@ -48,6 +48,10 @@ func TestSQLGolden(t *testing.T) {
 		sql, args := deleteSQL(tb, &storage.Delete{Partition: p, Clustering: ck, Condition: cond})
 		return fmt.Sprint(sql, " ", args)
 	}
+	expect := func(cond *storage.Condition) string {
+		sql, args := expectSQL(tb, &storage.Expect{Partition: p, Clustering: ck, Condition: cond})
+		return fmt.Sprint(sql, " ", args)
+	}
 	w := storage.Values{"w": storage.BigInt(7), "v": storage.Null()}
 	cases = append(cases, []struct{ got, want string }{
 		{put(w, nil), `INSERT INTO "ns"."t$x" ("p", "a", "b", "c", "v", "w") VALUES ($1, $2, $3, $4, $5, $6) ` +
@@ -61,6 +65,10 @@ func TestSQLGolden(t *testing.T) {
 			`UPDATE "ns"."t$x" SET "v" = $1, "w" = $2 WHERE "p" = $3 AND "a" = $4 AND "b" = $5 AND "c" = $6 AND "w" >= $7 AND "v" IS NULL [<nil> 7 1 2 x y 3]`},
 		{del(storage.If(storage.Ne("w", storage.BigInt(1)))),
 			`DELETE FROM "ns"."t$x" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 AND "w" <> $5 [1 2 x y 1]`},
+		{expect(storage.If(storage.Lt("w", storage.BigInt(9)))),
+			`SELECT 1 / count(*) FROM "ns"."t$x" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 AND "w" < $5 [1 2 x y 9]`},
+		{expect(storage.IfNotExists()),
+			`SELECT 1 / (1 - count(*)) FROM "ns"."t$x" WHERE "p" = $1 AND "a" = $2 AND "b" = $3 AND "c" = $4 [1 2 x y]`},
 	}...)
 	for i, c := range cases {
 		if c.got != c.want {

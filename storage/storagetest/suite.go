@@ -42,6 +42,7 @@ func Run(t *testing.T, open Opener) {
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, open) })
 	t.Run("Txn", func(t *testing.T) { testTxn(t, open) })
 	t.Run("Deferred", func(t *testing.T) { testDeferred(t, open) })
+	t.Run("Expect", func(t *testing.T) { testExpect(t, open) })
 	t.Run("Skippable", func(t *testing.T) { testSkippable(t, open) })
 	t.Run("Bank", func(t *testing.T) { testBank(t, open) })
 	t.Run("WriteSkew", func(t *testing.T) { testWriteSkew(t, open) })

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -249,6 +250,131 @@ func testDeferred(t *testing.T, open Opener) {
 	e.ok(err)
 	e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
 	e.ok(tx.Abort(e.ctx))
+}
+
+// testExpect: an Expect whose condition holds lets the transaction commit
+// its writes and writes nothing itself; one that does not hold fails the
+// transaction with ErrConditionNotMet — from Expect, a later call or
+// Commit — and none of its writes commit. It sees the transaction's own
+// writes, and it is a read: two transactions that each expect what the
+// other overwrites cannot both commit (write skew). Without a condition
+// it is refused.
+func testExpect(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	tb := itemTable(e)
+	p := V{"id": i64(8)}
+	seq := func(s int64) V { return V{"seq": i64(s)} }
+	e.put(tb, p, seq(1), V{"i": i64(1)})
+	expect := func(s int64, c *storage.Condition) *storage.Expect {
+		return &storage.Expect{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Condition: c}
+	}
+	plain := func(s, v int64) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)}}
+	}
+	get := &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(1)}
+	// run expects x in a transaction that writes row 3, then reads row 1
+	// and commits, or commits at once: a failure may show at any of them.
+	run := func(x *storage.Expect, then string) error {
+		tx, err := e.db.Begin(e.ctx)
+		e.ok(err)
+		defer tx.Abort(e.ctx)
+		e.ok(tx.Put(e.ctx, plain(3, 30)))
+		if err := tx.Expect(e.ctx, x); err != nil {
+			return err
+		}
+		if then == "get" {
+			if _, _, err := tx.Get(e.ctx, get); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(e.ctx)
+	}
+	for _, c := range []struct {
+		name string
+		x    *storage.Expect
+		ok   bool
+	}{
+		{"If that holds", expect(1, storage.If(storage.Eq("i", i64(1)), storage.Lt("i", i64(2)))), true},
+		{"IfExists on a row", expect(1, storage.IfExists()), true},
+		{"IfNotExists on a missing row", expect(5, storage.IfNotExists()), true},
+		{"its own write", expect(3, storage.If(storage.Eq("i", i64(30)))), true},
+		{"If on a row whose value differs", expect(1, storage.If(storage.Gt("i", i64(1)))), false},
+		{"If on a missing row", expect(5, storage.If(storage.IsNull("i"))), false},
+		{"IfExists on a missing row", expect(5, storage.IfExists()), false},
+		{"IfNotExists on a row", expect(1, storage.IfNotExists()), false},
+	} {
+		for _, then := range []string{"commit", "get"} {
+			e.ok(e.db.Delete(e.ctx, &storage.Delete{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(3)}))
+			err := run(c.x, then)
+			_, wrote := e.get(tb, p, seq(3))
+			if c.ok && (err != nil || !wrote) {
+				t.Fatalf("%s, %s: %v, row written %v; want a commit", c.name, then, err, wrote)
+			}
+			if !c.ok && (!errors.Is(err, storage.ErrConditionNotMet) || wrote) {
+				t.Fatalf("%s, %s: %v, row written %v; want ErrConditionNotMet and nothing written", c.name, then, err, wrote)
+			}
+			if row, _ := e.get(tb, p, seq(1)); !row["i"].Equal(i64(1)) {
+				t.Fatalf("%s, %s: the expected row changed: %v", c.name, then, row)
+			}
+			if _, ok := e.get(tb, p, seq(5)); ok {
+				t.Fatalf("%s, %s: Expect wrote a row", c.name, then)
+			}
+		}
+	}
+	// Bad input is refused at once and leaves the transaction usable.
+	tx, err := e.db.Begin(e.ctx)
+	e.ok(err)
+	e.is(tx.Expect(e.ctx, expect(1, nil)), storage.ErrInvalidArgument)
+	e.is(tx.Expect(e.ctx, expect(1, storage.If(storage.Eq("nope", i64(1))))), storage.ErrUnknownColumn)
+	e.is(tx.Expect(e.ctx, expect(1, storage.If(storage.Eq("i", txt("1"))))), storage.ErrTypeMismatch)
+	e.is(tx.Expect(e.ctx, &storage.Expect{Namespace: e.ns, Table: tb.Name, Partition: p, Condition: storage.IfExists()}), storage.ErrInvalidKey)
+	e.is(tx.Expect(e.ctx, &storage.Expect{Namespace: e.ns, Table: "nope", Partition: p, Clustering: seq(1), Condition: storage.IfExists()}), storage.ErrTableNotFound)
+	e.ok(tx.Put(e.ctx, plain(4, 40)))
+	e.ok(tx.Commit(e.ctx))
+	e.is(tx.Expect(e.ctx, expect(1, storage.IfExists())), storage.ErrTxnDone)
+	if _, ok := e.get(tb, p, seq(4)); !ok {
+		t.Fatal("a transaction after refused Expects did not commit")
+	}
+
+	// Write skew: each takes itself off call if the other is on call, as
+	// an Expect says. Serializably, at least one stays on call.
+	doc := func(d string) V { return V{"seq": i64(map[string]int64{"alice": 10, "bob": 11}[d])} }
+	for n, order := range twoTxnSchedules {
+		for _, d := range []string{"alice", "bob"} {
+			e.put(tb, p, doc(d), V{"i": i64(1)})
+		}
+		script := func(me, other string) []step {
+			return []step{
+				func(ctx context.Context, tx storage.Txn) error {
+					// A read first, so the transaction has begun on its
+					// server before the other commits.
+					if _, _, err := tx.Get(ctx, get); err != nil {
+						return err
+					}
+					return tx.Expect(ctx, &storage.Expect{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: doc(other),
+						Condition: storage.If(storage.Eq("i", i64(1)))})
+				},
+				func(ctx context.Context, tx storage.Txn) error {
+					return tx.Put(ctx, &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: doc(me), Values: V{"i": i64(0)}})
+				},
+			}
+		}
+		errs := runSchedule(t, e.db, [][]step{script("alice", "bob"), script("bob", "alice")}, order)
+		for _, err := range errs {
+			if err != nil && !storage.IsRetryable(err) && !errors.Is(err, storage.ErrConditionNotMet) {
+				t.Fatalf("schedule %v: unexpected error %v", order, err)
+			}
+		}
+		onCall := 0
+		for _, d := range []string{"alice", "bob"} {
+			if row, _ := e.get(tb, p, doc(d)); row["i"].Equal(i64(1)) {
+				onCall++
+			}
+		}
+		if onCall == 0 {
+			t.Fatalf("schedule %d %v: write skew through Expect: both committed (errors %v)", n, order, errs)
+		}
+	}
 }
 
 // testSkippable: a Skippable put whose condition holds writes as the
