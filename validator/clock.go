@@ -14,8 +14,9 @@ import (
 type ClockConfig struct {
 	// Counters is K, the counter records the clock table holds; 0 means 1.
 	// A scan reads all K, an end clock taken after a scan raises one of
-	// them (round-robin), and a claimed end clock raises every one (the
-	// stamp transaction on a shared database, see doc.go). More counters
+	// them (round-robin), a claimed end clock raises every one and a
+	// claimed begin clock reads every one (the committers' transactions on
+	// a shared database, see doc.go). More counters
 	// spread the raises that follow scans over more rows, which matters
 	// only to processes whose claims keep failing because others raise the
 	// counters; but every claim writes each counter, and every scan reads
@@ -30,7 +31,10 @@ type ClockConfig struct {
 	// ScanEvery is N: a begin clock scans the table only every Nth time
 	// and otherwise takes one more than the highest value this process has
 	// seen, touching no record. End clocks always scan (see doc.go for why
-	// this split keeps the clock sound). 0 or 1 means every time. On an
+	// this split keeps the clock sound). 0 or 1 means every time. On a
+	// shared database it applies only to the begin clocks that are not
+	// claimed (after a failed claim, or before the process has seen a
+	// value): a claimed one reads every counter at no cost. On an
 	// exclusive database (storage.Exclusive: the embedded engine) no clock
 	// scans the table, whatever N and K (doc.go, "One process").
 	ScanEvery int
@@ -82,10 +86,19 @@ type Clock struct {
 	// begins and ends share scans (and end writes) among this process's
 	// concurrent callers (see coalescer).
 	begins, ends coalescer
-	// claims are claimIn's writes, one per counter, reused: only a
-	// committer calls it, with one transaction under way at a time, and
-	// that transaction has ended before the next call.
-	claims []*raise
+	// claims are claimIn's writes, one per counter, and expects are
+	// expectIn's conditions, reused: only one committer calls each, with
+	// one transaction under way at a time, and that transaction has ended
+	// before the next call.
+	claims  []*raise
+	expects []*expect
+}
+
+// expect is a condition that a counter holds less than a value (expectIn).
+type expect struct {
+	e    storage.Expect
+	cond storage.Condition
+	expr [1]storage.Expr
 }
 
 // raise is a write of one counter on condition that it holds less
@@ -260,12 +273,12 @@ func (c *Clock) EndUnraised(ctx context.Context) (int64, error) {
 	return c.begins.do(ctx, c.begin)
 }
 
-// guessEnd returns the end clock a stamp transaction may claim without a
-// scan (claimIn): one more than the highest value this process has seen,
-// which is what a scan finds while no other process raised a counter since.
-// It returns false on an exclusive database, whose clocks never scan, and
-// before this process has seen any value.
-func (c *Clock) guessEnd() (int64, bool) {
+// guess returns the clock a committer's transaction may claim without a
+// scan (claimIn, expectIn): one more than the highest value this process
+// has seen, which is what a scan finds while no other process raised a
+// counter since. It returns false on an exclusive database, whose clocks
+// never scan, and before this process has seen any value.
+func (c *Clock) guess() (int64, bool) {
 	s := c.seen.Load()
 	return s + 1, !c.owned && s > 0
 }
@@ -288,6 +301,29 @@ func (c *Clock) claimIn(ctx context.Context, tx storage.Txn, t int64) error {
 		r.to(t)
 		if err := tx.Put(ctx, &r.put); err != nil {
 			return fmt.Errorf("validator: claiming end clock %d: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// expectIn makes tx commit only if every counter holds less than t, and
+// writes nothing: t is then max + 1 of the counters as tx read them, a
+// begin clock taken inside the transaction that logs the request, with no
+// round trip of its own (see doc.go, "Group commit on a shared
+// database").
+func (c *Clock) expectIn(ctx context.Context, tx storage.Txn, t int64) error {
+	if c.expects == nil {
+		for i := range c.cfg.Counters {
+			x := &expect{e: storage.Expect{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[i]},
+				cond: storage.Condition{Kind: storage.CondIf}}
+			x.e.Condition, x.cond.Exprs = &x.cond, x.expr[:]
+			c.expects = append(c.expects, x)
+		}
+	}
+	for _, x := range c.expects {
+		x.expr[0] = storage.Lt("value", storage.BigInt(t))
+		if err := tx.Expect(ctx, &x.e); err != nil {
+			return fmt.Errorf("validator: claiming begin clock %d: %w", t, err)
 		}
 	}
 	return nil

@@ -35,10 +35,10 @@ func (s sharedDB) Unsynced() storage.Store { return storage.Unsynced(s.Backend) 
 // sharedDB they scan, like separate processes sharing the table, for
 // which a ScanEvery begin clock promises the last property only for what
 // its own process saw, so it is not checked there. Grouped, workers come
-// in threes sharing a Clock, as the threads of one process, and take end
-// clocks as the Validator's logging does there: from the stamp
-// committer, which claims one or scans for it (TestStampClaims follows
-// which it does).
+// in threes sharing a Clock, as the threads of one process, and take
+// their clocks as the Validator's logging does there: from the request
+// and stamp committers, which claim one or scan for it (TestClockClaims
+// follows which they do).
 func TestClockOverlap(t *testing.T) {
 	for _, tc := range []struct {
 		cfg             ClockConfig
@@ -65,8 +65,8 @@ func TestClockOverlap(t *testing.T) {
 			var mu sync.Mutex
 			var ivs []iv
 			type proc struct {
-				c  *Clock
-				gc *committer
+				c      *Clock
+				rc, sc *committer // request and stamp committers
 			}
 			procs := make([]proc, 12)
 			for w := range procs {
@@ -78,7 +78,7 @@ func TestClockOverlap(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				procs[w] = proc{c, &committer{db: db, clock: c}}
+				procs[w] = proc{c, &committer{db: db, clock: c}, &committer{db: db, clock: c, ends: true}}
 			}
 			var wg sync.WaitGroup
 			for w := range 12 {
@@ -93,7 +93,13 @@ func TestClockOverlap(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(w), 3))
 					for range 40 {
 						ask := seq.Add(1)
-						b, err := c.Begin(ctx)
+						var b int64
+						var err error
+						if tc.grouped {
+							b, err = procs[w].rc.do(ctx)
+						} else {
+							b, err = c.Begin(ctx)
+						}
 						if err != nil {
 							t.Error(err)
 							return
@@ -105,7 +111,7 @@ func TestClockOverlap(t *testing.T) {
 						end := seq.Add(1)
 						var e int64
 						if tc.grouped {
-							e, err = procs[w].gc.do(ctx)
+							e, err = procs[w].sc.do(ctx)
 						} else {
 							e, err = c.End(ctx)
 						}
@@ -153,11 +159,12 @@ func TestClockOverlap(t *testing.T) {
 			}
 			t.Logf("%d transactions, %d really overlapping pairs, %d ordered", len(ivs), overlaps, ordered)
 			if tc.grouped {
-				claimed, scanned := 0, 0
+				var n [4]int
 				for w := 0; w < len(procs); w += 3 {
-					claimed, scanned = claimed+procs[w].gc.claimed, scanned+procs[w].gc.scanned
+					p := procs[w]
+					n[0], n[1], n[2], n[3] = n[0]+p.rc.claimed, n[1]+p.rc.scanned, n[2]+p.sc.claimed, n[3]+p.sc.scanned
 				}
-				t.Logf("end clocks claimed by %d stamps, scanned for by %d", claimed, scanned)
+				t.Logf("begin clocks claimed by %d groups, scanned for by %d; end clocks claimed by %d, scanned for by %d", n[0], n[1], n[2], n[3])
 			}
 		})
 	}
@@ -209,16 +216,18 @@ func TestCoalescerRunsAfterArrival(t *testing.T) {
 	}
 }
 
-// TestStampClaims follows the stamp committer's end clocks on a shared
+// TestClockClaims follows the clocks that the committers take on a shared
 // database while another process (a second Clock) raises one counter,
-// each in turn, between stamps. A claim made after such a raise must fail
-// and the end clock come from a scan, above the raised value; the next
-// stamp, backing off, scans; the one after claims again. After every
-// stamp each counter the claim wrote holds its end clock, and no end
-// clock is at or below a value a counter held before.
-func TestStampClaims(t *testing.T) {
+// each in turn, between groups: the stamp committer's end clocks and the
+// request committer's begin clocks. A claim made after such a raise must
+// fail and the clock come from a scan; the next group, backing off,
+// scans; the one after claims again. Every clock is max + 1 of the
+// counters as they were before it was taken, whichever way it came: a
+// begin clock leaves them as they were, and after an end clock claimed
+// every counter holds it.
+func TestClockClaims(t *testing.T) {
 	ctx := context.Background()
-	run := func(t *testing.T, db storage.Backend, ns string) {
+	run := func(t *testing.T, db storage.Backend, ns string, ends bool) {
 		if err := ensureSchema(ctx, db, ns); err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +240,7 @@ func TestStampClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gc := &committer{db: db, clock: c}
+		gc := &committer{db: db, clock: c, ends: ends}
 		counters := func() []int64 {
 			var vs []int64
 			for i := range k {
@@ -243,68 +252,82 @@ func TestStampClaims(t *testing.T) {
 			}
 			return vs
 		}
-		var last int64
-		stamp := func(claim bool) {
+		take := func(claim bool) {
 			t.Helper()
 			before := counters()
 			claimed, scanned := gc.claimed, gc.scanned
-			e, err := gc.do(ctx)
+			v, err := gc.do(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e <= slices.Max(before) || e <= last {
-				t.Fatalf("end clock %d; the counters held %v before, the last end clock was %d", e, before, last)
+			if v != slices.Max(before)+1 {
+				t.Fatalf("clock %d; the counters held %v before", v, before)
 			}
-			last = e
 			after := counters()
-			if claim {
-				if gc.claimed != claimed+1 || gc.scanned != scanned {
-					t.Fatalf("want a claim: claims %d → %d, scans %d → %d", claimed, gc.claimed, scanned, gc.scanned)
+			if claim && (gc.claimed != claimed+1 || gc.scanned != scanned) {
+				t.Fatalf("want a claim: claims %d → %d, scans %d → %d", claimed, gc.claimed, scanned, gc.scanned)
+			}
+			if !claim && (gc.claimed != claimed || gc.scanned != scanned+1) {
+				t.Fatalf("want a scan: claims %d → %d, scans %d → %d", claimed, gc.claimed, scanned, gc.scanned)
+			}
+			switch {
+			case !ends:
+				if !slices.Equal(after, before) {
+					t.Fatalf("a begin clock changed the counters: %v → %v", before, after)
 				}
-				for i, v := range after {
-					if v != e {
-						t.Fatalf("counter %d holds %d after end clock %d was claimed (%v)", i, v, e, after)
+			case claim:
+				for i, x := range after {
+					if x != v {
+						t.Fatalf("counter %d holds %d after end clock %d was claimed (%v)", i, x, v, after)
 					}
 				}
-			} else if gc.claimed != claimed || gc.scanned != scanned+1 || slices.Max(after) != e {
-				t.Fatalf("want a scan: claims %d → %d, scans %d → %d; counters %v after end clock %d", claimed, gc.claimed, scanned, gc.scanned, after, e)
+			case slices.Max(after) != v:
+				t.Fatalf("counters %v after end clock %d was taken from a scan", after, v)
 			}
 		}
-		// Nothing seen yet: the first stamp scans, and so do the next two,
-		// as after a failed claim.
-		if _, err := c.Begin(ctx); err != nil {
-			t.Fatal(err)
+		// Nothing seen yet: the first group scans. An end clock raises a
+		// counter, which this process then has seen; a begin clock raises
+		// nothing, so here the process raises one itself. Either way the
+		// next group claims.
+		take(false)
+		if !ends {
+			if _, err := c.End(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
-		stamp(false)
-		stamp(true)
+		take(true)
 		for round := range 2 * k {
 			// The other process raises one counter, the next each round.
 			if _, err := other.End(ctx); err != nil {
 				t.Fatal(err)
 			}
-			stamp(false) // the claim fails; a scan
-			stamp(false) // backing off
-			stamp(true)
+			take(false) // the claim fails; a scan
+			take(false) // backing off
+			take(true)
 			if t.Failed() {
 				t.Fatalf("round %d", round)
 			}
 		}
-		// Two failed claims in a row back off for three stamps.
+		// Two failed claims in a row back off for three groups.
 		for try := range 2 {
 			if _, err := other.End(ctx); err != nil {
 				t.Fatal(err)
 			}
-			stamp(false) // the claim fails
+			take(false) // the claim fails
 			if try == 0 {
-				stamp(false) // backing off
+				take(false) // backing off
 			}
 		}
 		if gc.skip != 3 || gc.backoff != 3 {
 			t.Fatalf("after two failed claims in a row: skip %d, backoff %d; want 3, 3", gc.skip, gc.backoff)
 		}
 	}
-	t.Run("engine", func(t *testing.T) { run(t, sharedDB{openEngineDB(t)}, DefaultNamespace) })
-	t.Run("postgres", func(t *testing.T) { run(t, openPostgresDB(t), fmt.Sprintf("stampclaims_%d", rand.Uint64())) })
+	for _, ends := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ends=%v", ends), func(t *testing.T) {
+			t.Run("engine", func(t *testing.T) { run(t, sharedDB{openEngineDB(t)}, DefaultNamespace, ends) })
+			t.Run("postgres", func(t *testing.T) { run(t, openPostgresDB(t), fmt.Sprintf("clockclaims_%d", rand.Uint64()), ends) })
+		})
+	}
 }
 
 // TestClockOwnedAcrossReopen checks that on an exclusive database, which

@@ -121,13 +121,12 @@
 // alarm). By the view's prefix promise the outcome is durable as soon as
 // any later durable commit is: the next logged request, or the
 // validation that reads it, so no validation result rests on an outcome
-// a crash could take back. A logged transaction so costs the Validator
-// database one durable commit (the request), two writes that wait for no
-// fsync (the outcome and a clock counter) and two clock scans, the scans
-// and the counter write fewer when concurrent callers share them; on
-// PostgreSQL every commit is durable. On an exclusive database (the
-// engine) no clock scans and a counter write serves reserveAhead end
-// clocks (above).
+// a crash could take back. On an exclusive database (the engine) a
+// logged transaction so costs the Validator database one durable commit
+// (the request) and one write that waits for no fsync (the outcome); no
+// clock scans, and a counter write serves reserveAhead end clocks
+// (above). On PostgreSQL every commit is durable, and the clocks are
+// taken in the commits that log the request and stamp the outcome (below).
 //
 // # Group commit on a shared database
 //
@@ -180,6 +179,22 @@
 // on a value no counter holds. A later scan may run before an earlier
 // group commits and hand out the same value again; equal clocks order
 // nothing, so that only makes intervals meet.
+//
+// The request committer takes the group's begin clock the same way, in
+// the transaction that logs the requests: every member asked for its
+// clock before that transaction began, and the requests are sent only
+// after it commits. It claims s + 1 by expecting every counter to hold
+// less (storage.Expect), which writes nothing and, like the Deferred
+// writes, costs no round trip of its own. If it commits, the counters as
+// the transaction read them held at most s, and one held s, so s + 1 is
+// max + 1 of that read: a begin scan made after every member asked and
+// before any request was sent, which is all the three properties ask of
+// one. If a counter was raised past s meanwhile, nothing is written, and
+// the begin clock comes from a scan (Clock.Begin), with the same backoff
+// as for end clocks. A begin clock claimed is in no counter, so it does
+// not raise the value this process has seen. A logged transaction then
+// costs the database two round trips, both commits, and no scan, while
+// no other process raises the counters.
 //
 // # Validation (Algorithm 2), and strict serializability
 //

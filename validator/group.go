@@ -39,14 +39,16 @@ const maxGroup = 64
 // ErrCommitUnknown the members get that error, as a caller alone would.
 type committer struct {
 	db storage.Beginner
-	// clock, if set, makes this the stamp committer: it takes the end
-	// clock of the transactions whose outcomes a group stamps, sets it in
-	// their writes (stampEnd) and raises the counters to it, in the
-	// group's transaction (see stamp).
+	// clock, if set, makes the committer take a clock for each group, in
+	// the group's transaction (see withClock): with ends, the end clock
+	// of the transactions whose outcomes it stamps (the stamp committer),
+	// otherwise the begin clock of those whose requests it logs (the
+	// request committer).
 	clock *Clock
-	// skip is how many of the next stamps take their end clock from a
-	// scan without trying to claim one, after claims failed; claimed and
-	// scanned count the stamps of each kind. Only the member committing
+	ends  bool
+	// skip is how many of the next groups take their clock from a scan
+	// without trying to claim one, after claims failed; claimed and
+	// scanned count the groups of each kind. Only the member committing
 	// touches them, one transaction at a time.
 	skip, backoff    int
 	claimed, scanned int
@@ -77,9 +79,10 @@ type member struct{ from, to int }
 
 // do commits puts in one transaction, with those of concurrent callers.
 // It returns once they are durable, or with the error a transaction of its
-// own would have had; and, from the stamp committer, the end clock they
+// own would have had; and, from a committer with a clock, the clock they
 // were stamped with. The puts must stay unchanged until it returns, but
-// for the stamp committer's stampEnd.
+// for that clock, which the committer sets in them (stampBegin,
+// stampEnd).
 func (c *committer) do(ctx context.Context, puts ...*storage.Put) (int64, error) {
 	c.mu.Lock()
 	if !c.busy {
@@ -149,34 +152,45 @@ func (c *committer) commit(ctx context.Context, puts []*storage.Put) (int64, err
 	if c.clock == nil {
 		return 0, commitPuts(ctx, c.db, puts...)
 	}
-	return c.stamp(ctx, puts)
+	return c.withClock(ctx, puts)
 }
 
-// stamp commits outcome writes with an end clock it takes for them. An end
-// clock must be max + 1 of a scan of the counters begun after every reply
-// arrived, raised into a counter before any caller returns (doc.go). The
-// first try needs no scan: it claims one more than the highest value this
-// process has seen, in a transaction that raises every counter to it on
-// condition that each holds less (Clock.claimIn), one round trip in all.
-// Only if another process raised a counter meanwhile (or a member's own
-// condition fails) does that transaction fail; then the end clock comes
-// from a scan, and the transaction raises one counter to it, Skippable.
+// withClock commits puts with a clock it takes for them, and returns it.
+// A clock must be max + 1 of a read of the counters made after every
+// member asked for it: for a begin clock before the requests are sent,
+// for an end clock after every reply arrived, and an end clock raised
+// into a counter before any member returns (doc.go). The first try reads
+// nothing first. It claims s + 1, s the highest value this process has
+// seen, in the group's transaction, one round trip in all: an end clock by
+// raising every counter to s + 1 on condition that each holds less
+// (Clock.claimIn), a begin clock by expecting each to hold less
+// (Clock.expectIn), which writes nothing. Only if another process raised
+// a counter meanwhile (or a member's own condition fails) does that
+// transaction fail; then the clock comes from a scan: an end clock's
+// transaction raises one counter to it, Skippable, and a begin clock's
+// needs no write.
 //
 // A failed claim costs a round trip more than a scan would have, so after
-// one the committer scans for the next stamps, twice as many after each
+// one the committer scans for the next groups, twice as many after each
 // failed claim in a row (up to maxBackoff): where other processes raise
 // the counters all the time, claims are rarely tried.
-func (c *committer) stamp(ctx context.Context, puts []*storage.Put) (int64, error) {
-	if t, ok := c.clock.guessEnd(); ok && c.skip == 0 {
+func (c *committer) withClock(ctx context.Context, puts []*storage.Put) (int64, error) {
+	set, claim := stampBegin, c.clock.expectIn
+	if c.ends {
+		set, claim = stampEnd, c.clock.claimIn
+	}
+	if t, ok := c.clock.guess(); ok && c.skip == 0 {
 		err := storage.UpdateWith(ctx, c.db, storage.RetryPolicy{MaxAttempts: 1}, func(tx storage.Txn) error {
-			stampEnd(puts, t)
-			if err := c.clock.claimIn(ctx, tx, t); err != nil {
+			set(puts, t)
+			if err := claim(ctx, tx, t); err != nil {
 				return err
 			}
 			return putAll(ctx, tx, puts)
 		})
 		if err == nil {
-			c.clock.see(t)
+			if c.ends {
+				c.clock.see(t) // a counter holds it now; a begin clock is in none
+			}
 			c.claimed, c.backoff = c.claimed+1, 0
 			return t, nil
 		}
@@ -189,11 +203,19 @@ func (c *committer) stamp(ctx context.Context, puts []*storage.Put) (int64, erro
 		c.skip--
 	}
 	c.scanned++
+	if !c.ends {
+		t, err := c.clock.Begin(ctx)
+		if err != nil {
+			return 0, err
+		}
+		set(puts, t)
+		return t, commitPuts(ctx, c.db, puts...)
+	}
 	t, err := c.clock.EndUnraised(ctx)
 	if err != nil {
 		return 0, err
 	}
-	stampEnd(puts, t)
+	set(puts, t)
 	err = storage.Update(ctx, c.db, func(tx storage.Txn) error {
 		if err := c.clock.raiseIn(ctx, tx, t); err != nil {
 			return err

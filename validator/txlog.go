@@ -117,6 +117,18 @@ func (lr *logRequests) pendingPut(t *Tx) *storage.Put {
 	return p
 }
 
+// stampBegin sets the begin clock in request writes (requestPut,
+// pendingPut).
+func stampBegin(puts []*storage.Put, t int64) {
+	for _, p := range puts {
+		if p.Table == tPending {
+			p.Clustering["begin_clock"] = storage.BigInt(t)
+		} else {
+			p.Values["begin_clock"] = storage.BigInt(t)
+		}
+	}
+}
+
 // stampEnd sets the end clock that outcome writes (outcomePut) stamp.
 func stampEnd(puts []*storage.Put, t int64) {
 	for _, p := range puts {

@@ -131,7 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Validator, error) {
 		return nil, err
 	}
 	if !v.clock.owned {
-		v.requests, v.stamps = &committer{db: cfg.DB}, &committer{db: cfg.DB, clock: v.clock}
+		v.requests, v.stamps = &committer{db: cfg.DB, clock: v.clock}, &committer{db: cfg.DB, clock: v.clock, ends: true}
 	}
 	if v.key == nil {
 		if v.key, err = v.pinLedgerKey(ctx); err != nil {
@@ -206,11 +206,7 @@ func (v *Validator) Execute(ctx context.Context, contractID string, argument []b
 // lose it, and the transaction is then in doubt again and Recover finds
 // its outcome at the ledger (see doc.go).
 func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
-	begin, err := v.clock.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t := &Tx{Request: *r, Begin: begin, LoggedAt: v.cfg.Now().UnixMicro()}
+	t := &Tx{Request: *r, LoggedAt: v.cfg.Now().UnixMicro()}
 	if err := v.logRequest(ctx, t); err != nil {
 		return nil, err
 	}
@@ -252,8 +248,10 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 	defer v.logs.Put(lr)
 	var err error
 	if v.requests != nil {
-		_, err = v.requests.do(ctx, lr.requestPut(t), lr.pendingPut(t))
-	} else {
+		// The request committer takes the begin clock (see doc.go, "Group
+		// commit on a shared database").
+		t.Begin, err = v.requests.do(ctx, lr.requestPut(t), lr.pendingPut(t))
+	} else if t.Begin, err = v.clock.Begin(ctx); err == nil {
 		err = commitPuts(ctx, v.db, lr.requestPut(t), lr.pendingPut(t))
 	}
 	if errors.Is(err, storage.ErrConditionNotMet) {
