@@ -31,7 +31,7 @@ func (vf *validatorFlags) add(cmd *cobra.Command) {
 	f.StringVar(&vf.dsn, "validator-dsn", "", "PostgreSQL DSN of a postgres Validator database")
 	f.StringVar(&vf.namespace, "validator-namespace", validator.DefaultNamespace, "namespace of the Validator's tables")
 	f.IntVar(&vf.counters, "clock-counters", 0, "K, the clock table's counters (0: 1); on an engine Validator database no clock scans them (one process owns it)")
-	f.IntVar(&vf.scanEvery, "clock-scan-every", 0, "N: begin clocks scan the clock table every Nth time (0 or 1: always); on an engine Validator database none does")
+	f.IntVar(&vf.scanEvery, "clock-scan-every", 0, "N: begin clocks scan the clock table every Nth time (0 or 1: always); on PostgreSQL only those not claimed in the request commit scan at all, and on an engine Validator database none does")
 	f.DurationVar(&vf.txTimeout, "tx-timeout", 30*time.Second, "the ledger's transaction timeout, for in-doubt recovery")
 }
 
