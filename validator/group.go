@@ -159,11 +159,11 @@ func (c *committer) commit(ctx context.Context, puts []*storage.Put) (int64, err
 // A clock must be max + 1 of a read of the counters made after every
 // member asked for it: for a begin clock before the requests are sent,
 // for an end clock after every reply arrived, and an end clock raised
-// into a counter before any member returns (doc.go). The first try reads
-// nothing first. It claims s + 1, s the highest value this process has
-// seen, in the group's transaction, one round trip in all: an end clock by
-// raising every counter to s + 1 on condition that each holds less
-// (Clock.claimIn), a begin clock by expecting each to hold less
+// into a counter before any member returns (doc.go). The first try needs
+// no scan beforehand: it claims s + 1, s the highest value this process
+// has seen, in the group's transaction, one round trip in all: an end
+// clock by raising every counter to s + 1 on condition that each holds
+// less (Clock.claimIn), a begin clock by expecting each to hold less
 // (Clock.expectIn), which writes nothing. Only if another process raised
 // a counter meanwhile (or a member's own condition fails) does that
 // transaction fail; then the clock comes from a scan: an end clock's
