@@ -543,7 +543,9 @@ func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
 }
 
 // Expect reads the row into the read set and checks the condition now;
-// validation at commit fails the transaction if the row changed since.
+// validation at commit fails the transaction if the row changed since. A
+// condition that does not hold ends the transaction, as storage.Expect
+// says: nothing of it can commit.
 func (t *Txn) Expect(ctx context.Context, e *storage.Expect) error {
 	if e == nil {
 		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "expect", Detail: "nil Expect"}
@@ -556,7 +558,11 @@ func (t *Txn) Expect(ctx context.Context, e *storage.Expect) error {
 		return err
 	}
 	pk, ck := tb.encodePartition(e.Partition), tb.encodeClustering(e.Clustering)
-	return t.x.checkCondition("expect", tb, e.Condition, e.Partition, e.Clustering, pk, ck)
+	err = t.x.checkCondition("expect", tb, e.Condition, e.Partition, e.Clustering, pk, ck)
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		t.end()
+	}
+	return err
 }
 
 // Commit validates and installs the transaction and returns once it is
