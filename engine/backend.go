@@ -525,7 +525,22 @@ func (t *Txn) Put(ctx context.Context, p *storage.Put) error {
 	if err := tb.schema.CheckPut(p, t.db.cfg.Limits); err != nil {
 		return err
 	}
-	return t.x.applyPut(tb, p)
+	err = t.x.applyPut(tb, p)
+	if p.Deferred {
+		return t.deferred(err)
+	}
+	return err
+}
+
+// deferred is what a Deferred put or an Expect returns: the engine checks
+// their condition at once, and one that does not hold ends the
+// transaction, as the storage API says a deferred failure does, so that
+// nothing of it can commit.
+func (t *Txn) deferred(err error) error {
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		t.end()
+	}
+	return err
 }
 
 func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
@@ -542,10 +557,9 @@ func (t *Txn) Delete(ctx context.Context, d *storage.Delete) error {
 	return t.x.applyDelete(tb, d)
 }
 
-// Expect reads the row into the read set and checks the condition now;
-// validation at commit fails the transaction if the row changed since. A
-// condition that does not hold ends the transaction, as storage.Expect
-// says: nothing of it can commit.
+// Expect reads the row into the read set and checks the condition now
+// (see deferred); validation at commit fails the transaction if the row
+// changed since.
 func (t *Txn) Expect(ctx context.Context, e *storage.Expect) error {
 	if e == nil {
 		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "expect", Detail: "nil Expect"}
@@ -558,11 +572,7 @@ func (t *Txn) Expect(ctx context.Context, e *storage.Expect) error {
 		return err
 	}
 	pk, ck := tb.encodePartition(e.Partition), tb.encodeClustering(e.Clustering)
-	err = t.x.checkCondition("expect", tb, e.Condition, e.Partition, e.Clustering, pk, ck)
-	if errors.Is(err, storage.ErrConditionNotMet) {
-		t.end()
-	}
-	return err
+	return t.deferred(t.x.checkCondition("expect", tb, e.Condition, e.Partition, e.Clustering, pk, ck))
 }
 
 // Commit validates and installs the transaction and returns once it is

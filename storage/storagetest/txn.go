@@ -151,6 +151,10 @@ func testDeferred(t *testing.T, open Opener) {
 	// then commits: the deferred failure may show at either.
 	putThen := func(tx storage.Txn, p *storage.Put, then string) error {
 		if err := tx.Put(e.ctx, p); err != nil {
+			// The transaction is over: a Commit anyway commits nothing.
+			if tx.Commit(e.ctx) == nil {
+				t.Errorf("Commit after a failed deferred put (%v) succeeded", err)
+			}
 			return err
 		}
 		if then == "get" {
