@@ -86,19 +86,11 @@ type Clock struct {
 	// begins and ends share scans (and end writes) among this process's
 	// concurrent callers (see coalescer).
 	begins, ends coalescer
-	// claims are claimIn's writes, one per counter, and expects are
-	// expectIn's conditions, reused: only one committer calls each, with
-	// one transaction under way at a time, and that transaction has ended
-	// before the next call.
-	claims  []*raise
-	expects []*expect
-}
-
-// expect is a condition that a counter holds less than a value (expectIn).
-type expect struct {
-	e    storage.Expect
-	cond storage.Condition
-	expr [1]storage.Expr
+	// claims are claimIn's writes, one per counter, and expects hold
+	// expectIn's conditions, reused (perCounter): only one committer calls
+	// each, with one transaction under way at a time, and that transaction
+	// has ended before the next call.
+	claims, expects []*raise
 }
 
 // raise is a write of one counter on condition that it holds less
@@ -120,6 +112,15 @@ func (c *Clock) newRaise(slot int) *raise {
 // to makes r write t, on condition that the counter holds less.
 func (r *raise) to(t int64) {
 	r.put.Values["value"], r.expr[0] = storage.BigInt(t), storage.Lt("value", storage.BigInt(t))
+}
+
+// perCounter returns a raise of each counter, in counter order.
+func (c *Clock) perCounter() []*raise {
+	rs := make([]*raise, c.cfg.Counters)
+	for i := range rs {
+		rs[i] = c.newRaise(i)
+	}
+	return rs
 }
 
 // ownedKey is the key of an exclusive database's shared clock state for
@@ -291,10 +292,9 @@ func (c *Clock) guess() (int64, bool) {
 // "Group commit on a shared database").
 func (c *Clock) claimIn(ctx context.Context, tx storage.Txn, t int64) error {
 	if c.claims == nil {
-		for i := range c.cfg.Counters {
-			r := c.newRaise(i)
+		c.claims = c.perCounter()
+		for _, r := range c.claims {
 			r.put.Deferred = true
-			c.claims = append(c.claims, r)
 		}
 	}
 	for _, r := range c.claims {
@@ -313,16 +313,12 @@ func (c *Clock) claimIn(ctx context.Context, tx storage.Txn, t int64) error {
 // database").
 func (c *Clock) expectIn(ctx context.Context, tx storage.Txn, t int64) error {
 	if c.expects == nil {
-		for i := range c.cfg.Counters {
-			x := &expect{e: storage.Expect{Namespace: c.ns, Table: tClock, Partition: c.scan.Partition, Clustering: c.slots[i]},
-				cond: storage.Condition{Kind: storage.CondIf}}
-			x.e.Condition, x.cond.Exprs = &x.cond, x.expr[:]
-			c.expects = append(c.expects, x)
-		}
+		c.expects = c.perCounter() // only their conditions are used
 	}
-	for _, x := range c.expects {
-		x.expr[0] = storage.Lt("value", storage.BigInt(t))
-		if err := tx.Expect(ctx, &x.e); err != nil {
+	for _, r := range c.expects {
+		r.to(t)
+		x := storage.Expect{Namespace: c.ns, Table: tClock, Partition: r.put.Partition, Clustering: r.put.Clustering, Condition: r.put.Condition}
+		if err := tx.Expect(ctx, &x); err != nil {
 			return fmt.Errorf("validator: claiming begin clock %d: %w", t, err)
 		}
 	}
