@@ -139,6 +139,9 @@ func itemTable(e *env) *storage.Table {
 			col("b", storage.TypeBlob), col("f", storage.TypeBoolean), col("ts", storage.TypeTimestamp), col("mark", storage.TypeBigInt)))
 }
 
+// seq is the clustering key of row s of itemTable.
+func seq(s int64) V { return V{"seq": i64(s)} }
+
 func testCRUD(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
@@ -346,14 +349,13 @@ func testMutate(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(1)}
-	row := func(seq int64) V { return V{"seq": i64(seq)} }
-	put := func(seq, v int64, cond *storage.Condition) *storage.Put {
-		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: row(seq), Values: V{"i": i64(v)}, Condition: cond}
+	put := func(s, v int64, cond *storage.Condition) *storage.Put {
+		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)}, Condition: cond}
 	}
-	del := func(seq int64, cond *storage.Condition) *storage.Delete {
-		return &storage.Delete{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: row(seq), Condition: cond}
+	del := func(s int64, cond *storage.Condition) *storage.Delete {
+		return &storage.Delete{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Condition: cond}
 	}
-	e.put(tb, p, row(9), V{"i": i64(9)})
+	e.put(tb, p, seq(9), V{"i": i64(9)})
 	e.ok(e.db.Mutate(e.ctx, []storage.Mutation{put(1, 1, nil), put(2, 2, storage.IfNotExists()), del(9, storage.IfExists())}))
 	got := e.scan(&storage.Scan{Namespace: e.ns, Table: tb.Name, Partition: p, Projection: []string{"seq", "i"}})
 	if len(got) != 2 || !got[0]["i"].Equal(i64(1)) || !got[1]["i"].Equal(i64(2)) {
@@ -372,10 +374,10 @@ func testMutate(t *testing.T, open Opener) {
 		}
 	}
 	// Mutations must share one partition of one table.
-	other := &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: V{"id": i64(2)}, Clustering: row(1), Values: V{"i": i64(1)}}
+	other := &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: V{"id": i64(2)}, Clustering: seq(1), Values: V{"i": i64(1)}}
 	e.is(e.db.Mutate(e.ctx, []storage.Mutation{put(5, 5, nil), other}), storage.ErrInvalidArgument)
 	e.is(e.db.Mutate(e.ctx, nil), storage.ErrInvalidArgument)
-	if _, ok := e.get(tb, p, row(5)); ok {
+	if _, ok := e.get(tb, p, seq(5)); ok {
 		t.Fatal("rejected Mutate wrote")
 	}
 }

@@ -14,7 +14,6 @@ func testTxn(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(1)}
-	seq := func(s int64) V { return V{"seq": i64(s)} }
 	for s := int64(1); s <= 3; s++ {
 		e.put(tb, p, seq(s*10), V{"i": i64(s * 10)})
 	}
@@ -135,7 +134,6 @@ func testDeferred(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(7)}
-	seq := func(s int64) V { return V{"seq": i64(s)} }
 	e.put(tb, p, seq(1), V{"i": i64(1)})
 	put := func(s, v int64) *storage.Put {
 		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)},
@@ -267,7 +265,6 @@ func testExpect(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(8)}
-	seq := func(s int64) V { return V{"seq": i64(s)} }
 	e.put(tb, p, seq(1), V{"i": i64(1)})
 	expect := func(s int64, c *storage.Condition) *storage.Expect {
 		return &storage.Expect{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Condition: c}
@@ -394,7 +391,6 @@ func testSkippable(t *testing.T, open Opener) {
 	e := newEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(8)}
-	seq := func(s int64) V { return V{"seq": i64(s)} }
 	put := func(s, v int64, c *storage.Condition) *storage.Put {
 		return &storage.Put{Namespace: e.ns, Table: tb.Name, Partition: p, Clustering: seq(s), Values: V{"i": i64(v)},
 			Condition: c, Skippable: true}
