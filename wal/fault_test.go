@@ -154,11 +154,11 @@ func TestTornTail(t *testing.T) {
 	const n = 200
 	torn := map[string]func(fs vfs.FS, name string, end int64){
 		"half a frame": func(fs vfs.FS, name string, end int64) {
-			f := appendFrame(nil, n+1, payload(9, 9))
+			f := appendFrame(nil, n+1, n, payload(9, 9))
 			writeAt(t, fs, name, end, f[:len(f)/2])
 		},
 		"header only": func(fs vfs.FS, name string, end int64) {
-			writeAt(t, fs, name, end, appendFrame(nil, n+1, payload(9, 9))[:headerSize])
+			writeAt(t, fs, name, end, appendFrame(nil, n+1, n, payload(9, 9))[:headerSize])
 		},
 		"garbage": func(fs vfs.FS, name string, end int64) {
 			writeAt(t, fs, name, end, []byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3})
@@ -166,7 +166,7 @@ func TestTornTail(t *testing.T) {
 		"a later page without the earlier one": func(fs vfs.FS, name string, end int64) {
 			// Frames n+1.. were being written; only a later block reached the
 			// disk: a gap of zeros, then frame n+2 intact.
-			writeAt(t, fs, name, end+500, appendFrame(nil, n+2, payload(9, 9)))
+			writeAt(t, fs, name, end+500, appendFrame(nil, n+2, n, payload(9, 9)))
 		},
 	}
 	for what, tear := range torn {
@@ -236,6 +236,77 @@ func TestCorruptionIsAnError(t *testing.T) {
 	}
 }
 
+// TestDamagedSyncedTail: damage to the last segment that no crash can
+// make — a zeroed block followed by records written after it was synced,
+// a file cut short mid-record or at a record's end — is corruption: Open
+// refuses, names the segment and offset, and changes nothing, rather
+// than drop acknowledged records as a torn tail.
+func TestDamagedSyncedTail(t *testing.T) {
+	const n = 220 // the last segment holds records 183..220, to offset 6923
+	cases := []struct {
+		name   string
+		damage func(fs vfs.FS, name string, buf []byte)
+		index  uint64 // the record Open must name
+		offset int64
+	}{
+		{"first 4 KiB zeroed", func(fs vfs.FS, name string, buf []byte) {
+			writeAt(t, fs, name, 0, make([]byte, 4096))
+		}, 183, 0},
+		{"one synced record zeroed", func(fs vfs.FS, name string, buf []byte) {
+			_, off, size := locate(t, fs, 200)
+			writeAt(t, fs, name, off, make([]byte, size))
+		}, 200, -1},
+		{"cut mid-record", func(fs vfs.FS, name string, buf []byte) {
+			_, off, _ := locate(t, fs, 210)
+			rewrite(t, fs, name, buf[:off+30])
+		}, 210, -1},
+		{"cut at a record's end", func(fs vfs.FS, name string, buf []byte) {
+			_, off, _ := locate(t, fs, 215)
+			rewrite(t, fs, name, buf[:off])
+		}, 215, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := writeLog(t, n)
+			name, _, _ := locate(t, fs, n)
+			if name != segName(183) {
+				t.Fatalf("setup: the last segment is %s", name)
+			}
+			want := c.offset
+			if want < 0 {
+				_, want, _ = locate(t, fs, c.index)
+			}
+			buf, _ := readSegment(fs, "/wal/"+name)
+			c.damage(fs, name, buf)
+			before, _ := readSegment(fs, "/wal/"+name)
+			_, err := Open(testConfig(fs, BatchPolicy()))
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || ce.Segment != name || ce.Index != c.index || (ce.Offset != want && ce.Offset != int64(len(before))) {
+				t.Fatalf("Open: %v; want a CorruptionError for record %d in %s at %d", err, c.index, name, want)
+			}
+			if after, _ := readSegment(fs, "/wal/"+name); !bytes.Equal(before, after) {
+				t.Fatal("a failed Open changed the segment")
+			}
+		})
+	}
+}
+
+// rewrite replaces a segment file by b, synced.
+func rewrite(t *testing.T, fs vfs.FS, name string, b []byte) {
+	t.Helper()
+	f, err := fs.Create("/wal/"+name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
+
 // TestCrashDuringTruncation: the truncation marker is durable, the tail
 // only partly zeroed (record index+1 damaged, index+2 intact) when the
 // machine stops. Open must finish the truncation, not cry corruption.
@@ -293,8 +364,8 @@ func TestTornAcrossSectorBoundary(t *testing.T) {
 			if end := off + int64(size); end != sectorSize-5 {
 				t.Fatalf("setup: record 1 ends at %d", end)
 			}
-			f2 := appendFrame(nil, 2, bytes.Repeat([]byte{9}, 1200))
-			f3 := appendFrame(nil, 3, []byte("intact"))
+			f2 := appendFrame(nil, 2, 1, bytes.Repeat([]byte{9}, 1200))
+			f3 := appendFrame(nil, 3, 1, []byte("intact"))
 			c.lose(f2)
 			writeAt(t, fs, name, sectorSize-5, append(f2, f3...))
 			l, err := Open(testConfig(fs, BatchPolicy()))

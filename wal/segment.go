@@ -106,32 +106,39 @@ type scanResult struct {
 	end     int64  // offset just past it
 	dirty   int64  // offset just past the last non-zero byte after end (0 if clean)
 	badErr  error  // why scanning stopped before clean free space, if it did
-	corrupt bool   // the stop is corruption (an intact next record follows), not a tear
+	corrupt bool   // the stop is corruption, not a tear: badErr says why
 }
 
 // scanSegment decodes the records of a segment whose first index is first.
 // It stops at the first frame that does not decode or does not carry the
 // next index. If everything after that point is zero, the segment simply
 // ends there. Otherwise the bytes past it are either a torn tail (records
-// being written when the machine stopped, never acknowledged) or corruption
-// in the middle of the log. Segments are zero-filled before use, so a write
-// that never reached the disk leaves zeros: a tear shows a zero header, a
-// whole zero sector (512 aligned bytes), or zeros up to a sector boundary,
-// before the next intact record; or no intact next record at all. A bad record that is followed by an intact
-// record of the next index, with no such lost sector in between, is
-// corruption: the tail is written in order, and a record is acknowledged
-// only once an fsync covering every byte before it returned. A length is
-// judged against the segment itself, never Config.MaxRecordSize: that
-// bounds new appends and may have been larger when the records were
-// written.
+// being written when the machine stopped, never acknowledged) or damage to
+// records that were durable, which recovery must not drop:
+//
+//   - An intact later frame whose synced field reaches the index expected
+//     here was encoded after an fsync had covered this record: the record
+//     was durable, and whatever happened to it since is corruption
+//     (zeroed, overwritten or cut), however much it looks like a tear.
+//   - Otherwise, segments are zero-filled before use, so a write that never
+//     reached the disk leaves zeros: a tear shows a zero header, a whole
+//     zero sector (512 aligned bytes), or zeros up to a sector boundary,
+//     before the next intact record; or no intact next record at all. A
+//     bad record followed by an intact record of the next index, with no
+//     such lost sector in between, is corruption: the tail is written in
+//     order.
+//
+// A length is judged against the segment itself, never
+// Config.MaxRecordSize: that bounds new appends and may have been larger
+// when the records were written.
 func scanSegment(buf []byte, first uint64) scanResult {
 	r := scanResult{last: first - 1}
 	off := 0
 	want := first
 	for {
-		idx, _, n, err := decodeFrame(buf[off:])
-		if err == nil && idx != want {
-			err = fmt.Errorf("record carries index %d", idx)
+		f, err := decodeFrame(buf[off:])
+		if err == nil && f.index != want {
+			err = fmt.Errorf("record carries index %d", f.index)
 		}
 		if err != nil {
 			r.end = int64(off)
@@ -146,6 +153,12 @@ func scanSegment(buf []byte, first uint64) scanResult {
 					break
 				}
 			}
+			if at, later := findSynced(buf, off, want); at >= 0 {
+				r.corrupt = true
+				r.badErr = fmt.Errorf("record %d at offset %d, written after an fsync had covered this one, is intact: this record was durable, and is damaged (%v)",
+					later.index, at, err)
+				return r
+			}
 			if next := findFrame(buf, off+1, want+1); next >= 0 {
 				r.corrupt = !errors.Is(err, errZero) && !lostWrite(buf, off, next)
 			}
@@ -153,7 +166,7 @@ func scanSegment(buf []byte, first uint64) scanResult {
 		}
 		r.last = want
 		want++
-		off += n
+		off += f.n
 	}
 }
 
@@ -182,15 +195,38 @@ func lostWrite(buf []byte, from, to int) bool {
 func findFrame(buf []byte, from int, index uint64) int {
 	var key [8]byte
 	binary.LittleEndian.PutUint64(key[:], index)
-	for p := from; p+headerSize <= len(buf); p++ {
-		if buf[p+8] != recordFull || string(buf[p+9:p+17]) != string(key[:]) {
+	for p := from; p+oldHeader <= len(buf); p++ {
+		if t := buf[p+8]; t != recordFull && t != recordSynced || string(buf[p+9:p+17]) != string(key[:]) {
 			continue
 		}
-		if idx, _, _, err := decodeFrame(buf[p:]); err == nil && idx == index {
+		if f, err := decodeFrame(buf[p:]); err == nil && f.index == index {
 			return p
 		}
 	}
 	return -1
+}
+
+// findSynced returns the offset of the first intact frame after from that
+// was encoded once an fsync had covered record want (its synced field is
+// at least want), and the frame; -1 if there is none. Only an index that
+// could follow want in what is left of the segment is considered, so
+// random bytes are rarely checksummed.
+func findSynced(buf []byte, from int, want uint64) (int, frame) {
+	most := want + uint64(len(buf)-from)/headerSize + 1
+	for p := from + 1; p+headerSize <= len(buf); p++ {
+		if buf[p+8] != recordSynced {
+			continue
+		}
+		idx := binary.LittleEndian.Uint64(buf[p+9:])
+		synced := binary.LittleEndian.Uint64(buf[p+17:])
+		if idx <= want || idx > most || synced < want || synced >= idx {
+			continue
+		}
+		if f, err := decodeFrame(buf[p:]); err == nil {
+			return p, f
+		}
+	}
+	return -1, frame{}
 }
 
 // zeroFill writes size zero bytes to a new file at path and syncs it,
@@ -300,19 +336,19 @@ func writeZeros(f vfs.File, from, to int64) error {
 func walkFrames(buf []byte, name string, first, last uint64, fn func(index uint64, payload []byte, off int) error) (int, error) {
 	off := 0
 	for idx := first; idx <= last; idx++ {
-		got, payload, n, err := decodeFrame(buf[off:])
-		if err == nil && got != idx {
-			err = fmt.Errorf("record carries index %d", got)
+		f, err := decodeFrame(buf[off:])
+		if err == nil && f.index != idx {
+			err = fmt.Errorf("record carries index %d", f.index)
 		}
 		if err != nil {
 			return off, &CorruptionError{Segment: name, Offset: int64(off), Index: idx, Reason: err.Error()}
 		}
 		if fn != nil {
-			if err := fn(idx, payload, off); err != nil {
+			if err := fn(idx, f.payload, off); err != nil {
 				return off, err
 			}
 		}
-		off += n
+		off += f.n
 	}
 	return off, nil
 }

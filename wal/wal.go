@@ -252,6 +252,7 @@ func (l *Log) recover() error {
 	var segs []segment
 	var tailEnd int64 // offset just past the last record of the last segment
 	var tailBuf []byte
+	var prevSize int64
 	for i, first := range firsts {
 		name := segName(first)
 		if beyondMark(i) {
@@ -267,6 +268,14 @@ func (l *Log) recover() error {
 		}
 		res := scanSegment(buf, first)
 		sealed := i < len(firsts)-1 && !beyondMark(i+1)
+		// Every segment file is made at full size before it gets its name,
+		// so none is shorter after a crash. The last one may be of an
+		// earlier SegmentSize, like the segment before it.
+		if size := int64(len(buf)); !sealed && size < l.cfg.SegmentSize && (i == 0 || size != prevSize) {
+			return &CorruptionError{Segment: name, Offset: size, Index: res.last + 1,
+				Reason: fmt.Sprintf("the file is %d bytes, but segments are made %d bytes long: it was cut short, and records past its end may be lost", size, l.cfg.SegmentSize)}
+		}
+		prevSize = int64(len(buf))
 		seg := segment{first: first, last: res.last}
 		tailEnd, tailBuf = res.end, buf
 		switch {
@@ -486,7 +495,10 @@ func (l *Log) appendLocked(payload []byte, rest int) {
 	}
 	c := &l.mu.pending[len(l.mu.pending)-1]
 	c.data = growBlocks(c.data, need) // room already, for a chunk just started
-	c.data = appendFrame(c.data, l.mu.next, payload)
+	// What an fsync has covered is a fact about records before this one;
+	// recovery holds a damaged record that a later frame vouches for as
+	// corruption, not a tear (scanSegment).
+	c.data = appendFrame(c.data, l.mu.next, min(l.mu.durable, l.mu.next-1), payload)
 	seg.last = l.mu.next
 	l.mu.off += n
 	l.mu.next++
