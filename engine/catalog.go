@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"sort"
 	"sync"
@@ -20,9 +22,25 @@ import (
 // rename, fsync the directory) by every DDL before the DDL returns. DDL is
 // rare, so it is not logged with the data: table ids are never reused, and
 // log records and checkpoint rows of a table the catalog no longer has are
-// skipped. The file also holds the void epoch ranges (see recover.go).
+// skipped. The file also holds the void epoch ranges (see recover.go) and
+// the log floor (see Checkpoint).
+//
+// The file is an envelope (catalogEnvelope): the catalog itself, and the
+// CRC-32C of its compact JSON encoding. A catalog that fails its checksum
+// is refused: an edit or a damaged block must not open as an empty or
+// different database. (Catalogs written before the envelope, version 1,
+// are read without a checksum and rewritten in the envelope at Open.)
 
-const catalogName = "catalog.json"
+const (
+	catalogName    = "catalog.json"
+	catalogVersion = 2
+)
+
+type catalogEnvelope struct {
+	Version int             `json:"version"`
+	CRC32C  uint32          `json:"crc32c"`
+	Catalog json.RawMessage `json:"catalog"`
+}
 
 type catalogFile struct {
 	Version    int            `json:"version"`
@@ -33,6 +51,10 @@ type catalogFile struct {
 	// Loggers is the number of logs the data is spread over; opening with
 	// another Config.Loggers is refused.
 	Loggers int `json:"loggers"`
+	// LogFloor is the start of the checkpoint the logs were last truncated
+	// for: records of earlier epochs may be gone from them, so recovery
+	// needs a checkpoint chain that starts at this epoch or later.
+	LogFloor uint64 `json:"log_floor,omitempty"`
 }
 
 type catalogTable struct {
@@ -54,6 +76,7 @@ type catalog struct {
 		nextID     uint64
 		void       []epochRange
 		loggers    int
+		logFloor   uint64
 	}
 }
 
@@ -108,7 +131,7 @@ func (c *catalog) voidRanges() []epochRange {
 }
 
 func (c *catalog) fileLocked() catalogFile {
-	f := catalogFile{Version: 1, NextID: c.mu.nextID, Void: c.mu.void, Loggers: c.mu.loggers}
+	f := catalogFile{Version: catalogVersion, NextID: c.mu.nextID, Void: c.mu.void, Loggers: c.mu.loggers, LogFloor: c.mu.logFloor}
 	for ns := range c.mu.namespaces {
 		f.Namespaces = append(f.Namespaces, ns)
 	}
@@ -120,36 +143,91 @@ func (c *catalog) fileLocked() catalogFile {
 	return f
 }
 
-// saveLocked writes the catalog file durably. A failure leaves the old
-// file in place; the caller undoes its in-memory change.
+// saveCatalogLocked writes the catalog file durably. A failure leaves the
+// old file in place; the caller undoes its in-memory change.
 func (db *DB) saveCatalogLocked() error {
-	data, err := json.MarshalIndent(db.cat.fileLocked(), "", "  ")
+	data, err := encodeCatalog(db.cat.fileLocked())
 	if err != nil {
 		return err
 	}
 	return vfsutil.WriteFileAtomic(db.fs, db.cfg.Dir, catalogName, data, nil)
 }
 
-// loadCatalog reads catalog.json, if any.
-func (db *DB) loadCatalog() error {
+// encodeCatalog returns the catalog file's bytes: the envelope, indented
+// for people to read, with the checksum of the catalog's compact encoding.
+func encodeCatalog(f catalogFile) ([]byte, error) {
+	body, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(catalogEnvelope{Version: catalogVersion, CRC32C: crc32.Checksum(body, crcTable), Catalog: body}, "", "  ")
+}
+
+// decodeCatalog checks and decodes a catalog file's bytes. It reports
+// whether the file was of version 1, which has no checksum.
+func decodeCatalog(data []byte) (cf catalogFile, legacy bool, err error) {
+	corrupt := func(format string, args ...any) error {
+		return &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf(format, args...)}
+	}
+	var env catalogEnvelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return cf, false, corrupt("%v", err)
+	}
+	body := []byte(env.Catalog)
+	switch {
+	case env.Version == 1 && env.Catalog == nil:
+		body, legacy = data, true
+	case env.Version != catalogVersion:
+		return cf, false, corrupt("unknown version %d", env.Version)
+	default:
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, body); err != nil {
+			return cf, false, corrupt("%v", err)
+		}
+		if got := crc32.Checksum(compact.Bytes(), crcTable); got != env.CRC32C {
+			return cf, false, corrupt("checksum mismatch: the file says %08x, its catalog hashes to %08x", env.CRC32C, got)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cf); err != nil {
+		return cf, false, corrupt("%v", err)
+	}
+	if want := map[bool]int{true: 1, false: catalogVersion}[legacy]; cf.Version != want {
+		return cf, false, corrupt("catalog of version %d in a file of version %d", cf.Version, want)
+	}
+	if cf.NextID == 0 || cf.Loggers < 0 || cf.Loggers > 64 {
+		return cf, false, corrupt("next table id %d, %d loggers", cf.NextID, cf.Loggers)
+	}
+	for _, r := range cf.Void {
+		if r.From == 0 || r.From > r.To || r.To > MaxEpoch {
+			return cf, false, corrupt("void epochs %d..%d", r.From, r.To)
+		}
+	}
+	if cf.LogFloor > MaxEpoch {
+		return cf, false, corrupt("log floor %d", cf.LogFloor)
+	}
+	return cf, legacy, nil
+}
+
+// loadCatalog reads catalog.json. It reports whether there was one, and
+// rewrites one of version 1 with a checksum.
+func (db *DB) loadCatalog() (found bool, err error) {
 	f, err := db.fs.Open(db.fs.PathJoin(db.cfg.Dir, catalogName))
 	if oserror.IsNotExist(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	data, err := io.ReadAll(f)
 	f.Close()
 	if err != nil {
-		return err
+		return false, err
 	}
-	var cf catalogFile
-	if err := json.Unmarshal(data, &cf); err != nil {
-		return fmt.Errorf("engine: %s: %w", catalogName, err)
-	}
-	if cf.Version != 1 {
-		return fmt.Errorf("engine: %s: unknown version %d", catalogName, cf.Version)
+	cf, legacy, err := decodeCatalog(data)
+	if err != nil {
+		return false, err
 	}
 	c := &db.cat
 	c.mu.Lock()
@@ -157,22 +235,34 @@ func (db *DB) loadCatalog() error {
 	c.mu.nextID = cf.NextID
 	c.mu.void = cf.Void
 	c.mu.loggers = cf.Loggers
+	c.mu.logFloor = cf.LogFloor
 	for _, ns := range cf.Namespaces {
+		if err := storage.CheckNamespaceName(ns); err != nil {
+			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("namespace %q: %v", ns, err)}
+		}
 		c.mu.namespaces[ns] = map[string]*table{}
 	}
 	for _, ct := range cf.Tables {
-		if ct.Schema == nil || ct.Schema.Validate() != nil || ct.ID >= cf.NextID {
-			return fmt.Errorf("engine: %s: bad table %d", catalogName, ct.ID)
+		if ct.Schema == nil || ct.Schema.Validate() != nil || ct.ID == 0 || ct.ID >= cf.NextID || c.mu.byID[ct.ID] != nil {
+			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("bad table %d", ct.ID)}
 		}
 		tabs, ok := c.mu.namespaces[ct.Schema.Namespace]
 		if !ok {
-			return fmt.Errorf("engine: %s: table %d in unknown namespace %q", catalogName, ct.ID, ct.Schema.Namespace)
+			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("table %d in unknown namespace %q", ct.ID, ct.Schema.Namespace)}
+		}
+		if tabs[ct.Schema.Name] != nil {
+			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("two tables %s.%s", ct.Schema.Namespace, ct.Schema.Name)}
 		}
 		t := newTable(ct.ID, ct.Schema)
 		tabs[ct.Schema.Name] = t
 		c.mu.byID[ct.ID] = t
 	}
-	return nil
+	if legacy {
+		if err := db.saveCatalogLocked(); err != nil {
+			return false, fmt.Errorf("engine: rewriting %s with a checksum: %w", catalogName, err)
+		}
+	}
+	return true, nil
 }
 
 // ---- storage.Admin ----------------------------------------------------------

@@ -71,11 +71,14 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // CorruptionError names a stored file that does not decode.
 type CorruptionError struct {
 	File   string
-	Offset int64
+	Offset int64 // where in File; -1 if the file as a whole is wrong
 	Err    error
 }
 
 func (e *CorruptionError) Error() string {
+	if e.Offset < 0 {
+		return fmt.Sprintf("engine: corrupt %s: %v", e.File, e.Err)
+	}
 	return fmt.Sprintf("engine: corrupt %s at offset %d: %v", e.File, e.Offset, e.Err)
 }
 func (e *CorruptionError) Unwrap() error { return e.Err }
@@ -273,16 +276,40 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.chain = ckptChain{last: cs, fullBytes: st.Bytes}
 		db.removeBefore(file)
 	}
-	if db.cfg.Log == LogWAL {
-		for _, lg := range db.loggers {
-			if err := lg.truncateBefore(cs); err != nil {
-				return st, fmt.Errorf("truncating log %d: %w", lg.id, err)
-			}
+	if err := db.raiseLogFloor(cs); err != nil {
+		// The logs stay whole until a later checkpoint: recovery reads more.
+		db.cfg.Logf("engine: checkpoint: not truncating the logs: %v", err)
+		st.Duration = time.Since(began)
+		return st, nil
+	}
+	for _, lg := range db.loggers {
+		if err := lg.truncateBefore(cs); err != nil {
+			return st, fmt.Errorf("truncating log %d: %w", lg.id, err)
 		}
 	}
-	db.trimVoid(cs)
 	st.Duration = time.Since(began)
 	return st, nil
+}
+
+// raiseLogFloor records in the catalog, durably, that the logs are about
+// to lose the records of epochs before cs, a checkpoint's start now in
+// place: recovery then refuses a chain that starts earlier (a checkpoint
+// file lost) instead of replaying a log with a hole. The same write
+// forgets void ranges that end before cs, whose records are truncated or
+// skipped as older than the checkpoint. A catalog renamed into place but
+// not synced fails the engine, as a DDL's does.
+func (db *DB) raiseLogFloor(cs uint64) error {
+	db.cat.mu.Lock()
+	defer db.cat.mu.Unlock()
+	oldFloor, oldVoid := db.cat.mu.logFloor, db.cat.mu.void
+	kept := oldVoid[:0:0]
+	for _, r := range oldVoid {
+		if r.To >= cs {
+			kept = append(kept, r)
+		}
+	}
+	db.cat.mu.logFloor, db.cat.mu.void = max(oldFloor, cs), kept
+	return db.saveCatalogOrUndo(func() { db.cat.mu.logFloor, db.cat.mu.void = oldFloor, oldVoid })
 }
 
 // writeCheckpoint writes checkpoint file to path: every record present, or
@@ -568,14 +595,14 @@ func (db *DB) findChain() ([]ckptFile, error) {
 		case !f.delta():
 			full.cs = max(full.cs, f.cs)
 		case deltas[f.base].cs != 0:
-			return nil, &CorruptionError{File: n, Err: fmt.Errorf("two deltas over the checkpoint of epoch %d", f.base)}
+			return nil, &CorruptionError{File: n, Offset: -1, Err: fmt.Errorf("two deltas over the checkpoint of epoch %d", f.base)}
 		default:
 			deltas[f.base] = f
 		}
 	}
 	if full.cs == 0 {
 		for _, d := range deltas {
-			return nil, &CorruptionError{File: d.name(), Err: errors.New("a delta checkpoint without a full one")}
+			return nil, &CorruptionError{File: d.name(), Offset: -1, Err: errors.New("a delta checkpoint without a full one")}
 		}
 		return nil, nil
 	}
@@ -590,7 +617,7 @@ func (db *DB) findChain() ([]ckptFile, error) {
 	}
 	for _, d := range deltas {
 		if d.cs > full.cs && !slices.Contains(chain, d) {
-			return nil, &CorruptionError{File: d.name(), Err: fmt.Errorf("delta over the checkpoint of epoch %d, which is missing", d.base)}
+			return nil, &CorruptionError{File: d.name(), Offset: -1, Err: fmt.Errorf("delta over the checkpoint of epoch %d, which is missing", d.base)}
 		}
 	}
 	return chain, nil

@@ -238,6 +238,8 @@ type DB struct {
 	loggers []*logger
 
 	cat catalog
+	// recovery is what Open recovered and dropped; set before Open returns.
+	recovery RecoveryStats
 
 	wmu     sync.Mutex
 	waiters map[uint64]*waitSet

@@ -38,7 +38,17 @@ type LogSink interface {
 	// TruncateFront discards the records before index, which a checkpoint
 	// covers. It may keep them longer.
 	TruncateFront(index uint64) error
+	// Recovered says what opening the sink cut from its log's tail: a
+	// partial write of records never acknowledged. The zero value if
+	// nothing was cut.
+	Recovered() SinkRecovery
 	Close() error
+}
+
+// SinkRecovery is what opening a LogSink cut from its tail.
+type SinkRecovery struct {
+	Bytes  int64  // how many bytes were dropped
+	Detail string // where, and why they were taken for a torn write
 }
 
 // Log record payloads, one per handed-off buffer or durable mark:
@@ -711,4 +721,12 @@ func (s *walSink) Replay(from uint64, fn func(uint64, []byte) error) error {
 func (s *walSink) LastIndex() uint64 { return s.l.LastIndex() }
 
 func (s *walSink) TruncateFront(index uint64) error { return s.l.TruncateFront(index) }
-func (s *walSink) Close() error                     { return s.l.Close() }
+
+func (s *walSink) Recovered() SinkRecovery {
+	t := s.l.Recovery().TornTail
+	if t == nil {
+		return SinkRecovery{}
+	}
+	return SinkRecovery{Bytes: t.Bytes, Detail: fmt.Sprintf("%s at offset %d: %s", t.Segment, t.Offset, t.Reason)}
+}
+func (s *walSink) Close() error { return s.l.Close() }

@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 )
 
 // Recovery (SiloR), on Open:
 //
-//  1. Load the catalog.
+//  1. Load the catalog. A data directory that holds anything but its lock
+//     and no catalog lost it, and is refused.
 //  2. Load the newest complete full checkpoint and the deltas after it,
 //     if any (checkpoint.go): Cs is the newest file's start, Ce the
-//     latest end.
+//     latest end. The logs were last truncated for a checkpoint that
+//     started at the catalog's log floor F, so records of epochs before F
+//     may be gone: Cs < F means a checkpoint file is missing, and the
+//     engine refuses (ErrLogGap) rather than serve the gap.
 //  3. Find each logger's last mark X_l, the durable epoch it had
 //     published, by reading back from the end of its log. The recovered durable epoch is
 //     D = min over loggers of X_l (a logger without marks counts as Ce): no
@@ -26,9 +31,18 @@ import (
 //     in the catalog before anything new is logged, and the epoch restarts
 //     above them: those records stay in the log files but are never
 //     applied, even once later epochs pass them.
+//
+// What recovery dropped — torn tails the sinks cut, records of void epochs
+// — is in DB.Recovery and reported through Config.Logf.
 func (db *DB) recover() error {
-	if err := db.loadCatalog(); err != nil {
+	found, err := db.loadCatalog()
+	if err != nil {
 		return err
+	}
+	if !found {
+		if err := db.checkFresh(); err != nil {
+			return err
+		}
 	}
 	db.cat.mu.Lock()
 	switch had := db.cat.mu.loggers; {
@@ -57,9 +71,22 @@ func (db *DB) recover() error {
 	if err != nil {
 		return err
 	}
+	db.cat.mu.RLock()
+	floor := db.cat.mu.logFloor
+	db.cat.mu.RUnlock()
+	if cs < floor {
+		newest := "none"
+		if len(chain) > 0 {
+			newest = chain[len(chain)-1].name()
+		}
+		return fmt.Errorf("%w: the logs were truncated for a checkpoint that started at epoch %d, but the newest checkpoint here (%s) starts at epoch %d: the records of epochs %d..%d are in a checkpoint file that is missing",
+			ErrLogGap, floor, newest, cs, cs, floor-1)
+	}
+	db.recovery.Checkpoints = len(chain)
 	type logInfo struct {
 		mark, maxSeen, last uint64
 		marked              bool
+		counts              replayCounts
 	}
 	infos := make([]logInfo, len(db.loggers))
 	for i, lg := range db.loggers {
@@ -71,6 +98,10 @@ func (db *DB) recover() error {
 		lg.maxRecord = s.MaxRecordSize()
 		if lg.maxRecord < 4<<10 {
 			return fmt.Errorf("engine: log %d takes records of at most %d bytes", i, lg.maxRecord)
+		}
+		if torn := s.Recovered(); torn.Bytes > 0 {
+			db.recovery.TornTails = append(db.recovery.TornTails, TornTail{Log: i, Bytes: torn.Bytes, Detail: torn.Detail})
+			db.cfg.Logf("engine: log %d: dropped a torn tail of %d bytes, never acknowledged: %s", i, torn.Bytes, torn.Detail)
 		}
 		if infos[i].mark, infos[i].marked, err = lastMark(s); err != nil {
 			return fmt.Errorf("engine: log %d: %w", i, err)
@@ -95,7 +126,7 @@ func (db *DB) recover() error {
 		go func() {
 			defer wg.Done()
 			info := &infos[i]
-			info.last, info.maxSeen, errs[i] = db.replay(i, lg.sink, cs, d, void)
+			info.last, info.maxSeen, errs[i] = db.replay(i, lg.sink, cs, d, void, &info.counts)
 		}()
 	}
 	wg.Wait()
@@ -105,6 +136,9 @@ func (db *DB) recover() error {
 			return err
 		}
 		maxSeen = max(maxSeen, infos[i].maxSeen)
+		db.recovery.Records += infos[i].counts.applied
+		db.recovery.VoidRecords += infos[i].counts.void
+		db.recovery.VoidBytes += infos[i].counts.voidBytes
 	}
 	if maxSeen > d {
 		db.cat.mu.Lock()
@@ -114,7 +148,9 @@ func (db *DB) recover() error {
 		if err != nil {
 			return fmt.Errorf("engine: recording void epochs: %w", err)
 		}
-		db.cfg.Logf("engine: epochs %d..%d were not durable; their log records are void", d+1, maxSeen)
+		db.recovery.VoidFrom, db.recovery.VoidTo = d+1, maxSeen
+		db.cfg.Logf("engine: epochs %d..%d were not durable, never acknowledged; their %d log records (%d bytes) are void",
+			d+1, maxSeen, db.recovery.VoidRecords, db.recovery.VoidBytes)
 	}
 	for i, lg := range db.loggers {
 		lg.durable.Store(d)
@@ -125,6 +161,57 @@ func (db *DB) recover() error {
 	}
 	db.durable.Store(d)
 	db.epoch.Store(maxSeen + 1)
+	return nil
+}
+
+// ErrLogGap is the cause Open reports when the logs do not reach back to
+// where the checkpoints end: a checkpoint file the logs were truncated for
+// is missing, and opening would serve the state without the records in it.
+var ErrLogGap = errors.New("engine: the log does not reach the checkpoints")
+
+// RecoveryStats say what Open recovered and what it dropped.
+type RecoveryStats struct {
+	// Checkpoints is how many checkpoint files were loaded.
+	Checkpoints int
+	// Records is how many log records (buffers) were applied.
+	Records int64
+	// VoidFrom..VoidTo is the range of epochs found in the logs past the
+	// durable epoch, made void at this Open: their commits were never
+	// acknowledged. 0..0 if there were none.
+	VoidFrom, VoidTo uint64
+	// VoidRecords and VoidBytes count the log records of Void, skipped.
+	VoidRecords, VoidBytes int64
+	// TornTails are the partial writes the logs cut from their tails.
+	TornTails []TornTail
+}
+
+// Dropped reports whether recovery dropped anything.
+func (r RecoveryStats) Dropped() bool { return r.VoidTo != 0 || len(r.TornTails) > 0 }
+
+// TornTail is a partial write a log cut from its tail at Open: records
+// being written when the process or machine stopped, never acknowledged.
+type TornTail struct {
+	Log    int
+	Bytes  int64
+	Detail string
+}
+
+// Recovery returns what Open recovered and dropped.
+func (db *DB) Recovery() RecoveryStats { return db.recovery }
+
+// checkFresh refuses a data directory without a catalog that holds
+// anything but its lock and temporary files: the catalog is the first file
+// an engine writes, so data without one means it was lost.
+func (db *DB) checkFresh() error {
+	names, err := db.fs.List(db.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	for _, n := range names {
+		if n != lockFile && !strings.HasSuffix(n, ".tmp") {
+			return &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("missing, but the data directory holds %s: it is not new, and without its catalog the data cannot be read", n)}
+		}
+	}
 	return nil
 }
 
@@ -188,10 +275,15 @@ func lastMark(s LogSink) (mark uint64, found bool, err error) {
 	}
 }
 
+// replayCounts count what one log's replay applied and skipped.
+type replayCounts struct {
+	applied, void, voidBytes int64
+}
+
 // replay applies logger i's buffers of the epochs in [from, to] that are
 // not void, decoding them on every core. It returns the log's last index
 // and the largest epoch it holds (a mark X counting as X+1).
-func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last, maxSeen uint64, err error) {
+func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange, counts *replayCounts) (last, maxSeen uint64, err error) {
 	name := fmt.Sprintf("log-%d", i)
 	p := startPool(max(1, runtime.GOMAXPROCS(0)/len(db.loggers)), func(index int64, rec []byte) error {
 		if err := db.applyBuffer(rec); err != nil {
@@ -212,7 +304,12 @@ func (db *DB) replay(i int, s LogSink, from, to uint64, void []epochRange) (last
 			return nil
 		}
 		maxSeen = max(maxSeen, e)
-		if e >= from && e <= to && !isVoid(void, e) {
+		switch {
+		case e > to && !isVoid(void, e):
+			counts.void++
+			counts.voidBytes += int64(len(rec))
+		case e >= from && e <= to && !isVoid(void, e):
+			counts.applied++
 			p.submit(int64(index), append([]byte(nil), rec...))
 		}
 		return nil
@@ -275,30 +372,4 @@ func (db *DB) applyBuffer(rec []byte) error {
 		}
 	}
 	return d.err
-}
-
-// trimVoid forgets void ranges that end before a checkpoint's start: the
-// log records they cover are truncated or skipped as older than it.
-func (db *DB) trimVoid(cs uint64) {
-	db.cat.mu.Lock()
-	defer db.cat.mu.Unlock()
-	kept := db.cat.mu.void[:0:0]
-	for _, r := range db.cat.mu.void {
-		if r.To >= cs {
-			kept = append(kept, r)
-		}
-	}
-	if len(kept) == len(db.cat.mu.void) {
-		return
-	}
-	old := db.cat.mu.void
-	db.cat.mu.void = kept
-	// Not saveCatalogOrUndo: a catalog renamed into place but not synced
-	// fails a DDL, but here either catalog on disk, with the ranges or
-	// without, is safe, so a failed save only keeps the ranges till next
-	// time.
-	if err := db.saveCatalogLocked(); err != nil {
-		db.cat.mu.void = old
-		db.cfg.Logf("engine: trimming void epochs from the catalog: %v", err)
-	}
 }

@@ -27,6 +27,8 @@ type markSink struct {
 
 func (s *markSink) MaxRecordSize() int { return 1 << 20 }
 
+func (s *markSink) Recovered() engine.SinkRecovery { return engine.SinkRecovery{} }
+
 func (s *markSink) Append(recs [][]byte) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

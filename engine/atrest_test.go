@@ -1,0 +1,308 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kiroku-db/kiroku/engine"
+)
+
+// Damage to a closed data directory that no crash can make must stop Open
+// with a typed error that says what is wrong, never open as less data.
+
+// chainOf writes rounds bursts of random rows, each followed by a
+// checkpoint (full, then deltas), and closes the engine.
+func chainOf(t *testing.T, rounds int) *chainDB {
+	t.Helper()
+	c := newChainDB(t, 1e9)
+	for round := range rounds {
+		rng := rand.New(rand.NewPCG(uint64(round), 7))
+		for i := range 60 {
+			c.step(rng, round*100+i)
+		}
+		if _, err := c.db.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.step(rand.New(rand.NewPCG(99, 7)), 999) // and some log after the last
+	if err := c.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *chainDB) newest(prefix string) string {
+	names, _ := c.fs.List("/db")
+	last := ""
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) && !strings.HasSuffix(n, ".tmp") && n > last {
+			last = n
+		}
+	}
+	return last
+}
+
+// TestNewestDeltaMissing: the logs were truncated for the newest delta;
+// without it, the chain ends earlier than the logs begin, and replaying
+// would serve the rows of the epochs between with holes. Open refuses with
+// ErrLogGap, naming the epochs; with the file back, everything is there.
+func TestNewestDeltaMissing(t *testing.T) {
+	c := chainOf(t, 3)
+	gone := c.newest("delta-")
+	if gone == "" {
+		t.Fatal("no delta checkpoint was written")
+	}
+	if err := c.fs.Rename("/db/"+gone, "/db/aside"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := engine.Open(c.cfg)
+	if !errors.Is(err, engine.ErrLogGap) || !strings.Contains(err.Error(), "epochs") {
+		if err == nil {
+			db.Close()
+		}
+		t.Fatalf("without %s: Open returned %v, want ErrLogGap naming the epochs", gone, err)
+	}
+	t.Log(err)
+	if err := c.fs.Rename("/db/aside", "/db/"+gone); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	c.check("with the delta back")
+	c.db.Close()
+}
+
+// TestCatalogChecksum: a catalog edited or damaged in any way is refused
+// as corrupt; one of the version before checksums opens and is rewritten
+// with one.
+func TestCatalogChecksum(t *testing.T) {
+	c := chainOf(t, 1)
+	orig := readFile(t, c.fs, "/db/catalog.json")
+	for what, edit := range map[string]func([]byte) []byte{
+		"one word":    func(b []byte) []byte { return bytes.Replace(b, []byte(`"versions"`), []byte(`"versionz"`), 1) },
+		"not json":    func([]byte) []byte { return []byte("not json") },
+		"cut":         func(b []byte) []byte { return b[:len(b)/2] },
+		"empty":       func([]byte) []byte { return nil },
+		"checksum":    func(b []byte) []byte { return bytes.Replace(b, []byte(`"crc32c": `), []byte(`"crc32c": 1`), 1) },
+		"old version": func(b []byte) []byte { return bytes.Replace(b, []byte(`"version": 2`), []byte(`"version": 1`), 1) },
+	} {
+		writeFile(t, c.fs, "/db/catalog.json", edit(bytes.Clone(orig)))
+		db, err := engine.Open(c.cfg)
+		var ce *engine.CorruptionError
+		if !errors.As(err, &ce) || ce.File != "catalog.json" {
+			if err == nil {
+				db.Close()
+			}
+			t.Fatalf("%s: Open returned %v, want a CorruptionError of catalog.json", what, err)
+		}
+	}
+
+	// A catalog of version 1: the inner catalog alone, no envelope.
+	var env struct {
+		Catalog map[string]any `json:"catalog"`
+	}
+	if err := json.Unmarshal(orig, &env); err != nil {
+		t.Fatal(err)
+	}
+	env.Catalog["version"] = 1
+	old, _ := json.Marshal(env.Catalog)
+	writeFile(t, c.fs, "/db/catalog.json", old)
+	c.open()
+	c.check("from a catalog of version 1")
+	c.db.Close()
+	if now := readFile(t, c.fs, "/db/catalog.json"); !bytes.Contains(now, []byte(`"crc32c"`)) {
+		t.Fatalf("the catalog of version 1 was not rewritten with a checksum:\n%s", now)
+	}
+	c.open()
+	c.check("from the rewritten catalog")
+	c.db.Close()
+}
+
+// TestCatalogMissing: a data directory with checkpoints and logs but no
+// catalog is refused; it would otherwise open empty.
+func TestCatalogMissing(t *testing.T) {
+	c := chainOf(t, 1)
+	if err := c.fs.Remove("/db/catalog.json"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := engine.Open(c.cfg)
+	var ce *engine.CorruptionError
+	if !errors.As(err, &ce) || ce.File != "catalog.json" {
+		if err == nil {
+			db.Close()
+		}
+		t.Fatalf("Open without a catalog returned %v, want a CorruptionError of catalog.json", err)
+	}
+}
+
+// TestCheckpointDurableBeforeTruncation: at the moment a checkpoint
+// truncates the log, a crash must find the checkpoint file, its directory
+// entry and the raised log floor durable: the machine is "crashed" (only
+// synced bytes kept) at the first removal or recycling of a log segment,
+// and the copy must open with every row.
+func TestCheckpointDurableBeforeTruncation(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	hook := &crashAtFS{FS: mem, mem: mem}
+	c := &chainDB{t: t, fs: hook, want: map[string]string{}}
+	c.cfg = newChainDB(t, 1e9).cfg
+	c.cfg.FS = hook
+	c.open()
+	ctx := context.Background()
+	for _, err := range []error{c.db.CreateNamespace(ctx, "b"), c.db.CreateTable(ctx, blobTable), c.db.CreateTable(ctx, versionsTable)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var crashed *chainDB
+	for round := 0; crashed == nil && round < 20; round++ {
+		rng := rand.New(rand.NewPCG(uint64(round), 3))
+		for i := range 80 {
+			c.step(rng, round*100+i)
+		}
+		hook.arm()
+		if _, err := c.db.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if clone := hook.taken(); clone != nil {
+			crashed = &chainDB{t: t, fs: clone, cfg: c.cfg, want: c.want}
+			crashed.cfg.FS = clone
+		}
+	}
+	c.db.Close()
+	if crashed == nil {
+		t.Fatal("no checkpoint truncated the log")
+	}
+	crashed.open()
+	crashed.check("after a crash as the log was truncated")
+	crashed.db.Close()
+}
+
+// crashAtFS, once armed, takes a crash clone of mem (synced bytes and
+// entries only) as soon as the removal or recycling of a log segment is
+// durable: at the first directory sync after it.
+type crashAtFS struct {
+	vfs.FS
+	mem     *vfs.MemFS
+	mu      sync.Mutex
+	armed   bool
+	removed bool
+	clone   *vfs.MemFS
+}
+
+func (f *crashAtFS) arm() { f.mu.Lock(); f.armed = true; f.mu.Unlock() }
+
+func (f *crashAtFS) taken() *vfs.MemFS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clone
+}
+
+func (f *crashAtFS) gone(name string) {
+	if strings.Contains(name, "/log-") && strings.HasSuffix(name, ".wal") {
+		f.mu.Lock()
+		f.removed = f.removed || f.armed
+		f.mu.Unlock()
+	}
+}
+
+func (f *crashAtFS) Remove(name string) error {
+	err := f.FS.Remove(name)
+	f.gone(name)
+	return err
+}
+
+func (f *crashAtFS) Rename(old, new string) error {
+	err := f.FS.Rename(old, new)
+	f.gone(old)
+	return err
+}
+
+func (f *crashAtFS) OpenDir(name string) (vfs.File, error) {
+	d, err := f.FS.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return &crashAtDir{File: d, fs: f}, nil
+}
+
+type crashAtDir struct {
+	vfs.File
+	fs *crashAtFS
+}
+
+func (d *crashAtDir) Sync() error {
+	err := d.File.Sync()
+	f := d.fs
+	f.mu.Lock()
+	if f.removed && f.clone == nil {
+		f.clone = f.mem.CrashClone(vfs.CrashCloneCfg{})
+	}
+	f.mu.Unlock()
+	return err
+}
+
+// TestRecoveryReportsTornTail: a torn write at the end of a log is cut at
+// Open and reported in Recovery, with where it was.
+func TestRecoveryReportsTornTail(t *testing.T) {
+	c := chainOf(t, 1)
+	names, _ := c.fs.List("/db/log-0")
+	last := ""
+	for _, n := range names {
+		if strings.HasSuffix(n, ".wal") && n > last {
+			last = n
+		}
+	}
+	buf := readFile(t, c.fs, "/db/log-0/"+last)
+	end := len(bytes.TrimRight(buf, "\x00"))
+	// Half a frame of a record never synced: garbage where the next
+	// header goes.
+	copy(buf[end:], []byte{0xde, 0xad, 0xbe, 0xef, 9, 9, 9, 9, 2, 1})
+	writeFile(t, c.fs, "/db/log-0/"+last, buf)
+	c.open()
+	defer c.db.Close()
+	c.check("after the torn tail was cut")
+	rec := c.db.Recovery()
+	if len(rec.TornTails) != 1 || rec.TornTails[0].Log != 0 || rec.TornTails[0].Bytes != 10 || !strings.Contains(rec.TornTails[0].Detail, last) || !rec.Dropped() {
+		t.Fatalf("recovery %+v; want one torn tail of 10 bytes in %s", rec, last)
+	}
+	if rec.Checkpoints != 1 || rec.Records == 0 {
+		t.Fatalf("recovery %+v; want 1 checkpoint and records replayed", rec)
+	}
+}
+
+func readFile(t *testing.T, fs vfs.FS, name string) []byte {
+	t.Helper()
+	f, err := fs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeFile(t *testing.T, fs vfs.FS, name string, b []byte) {
+	t.Helper()
+	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
