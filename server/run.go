@@ -37,15 +37,19 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/auth"
@@ -77,8 +81,69 @@ type Options struct {
 	ProofScheme auth.Scheme
 	// Limits bound contract executions.
 	Limits ledger.Limits
+	// Transport bounds what client connections can make the server hold.
+	Transport TransportLimits
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// TransportLimits bound what a client can make the server hold before any
+// request of its is authenticated (requests are signed one by one, so a
+// connection is anyone's). Request bytes a connection can have the server
+// buffer are at most MaxStreams × MaxRequestBytes (a stream's flow-control
+// window, 1 MiB, is smaller), each for at most BodyTimeout on a unary
+// call; with MaxConnections that bounds them server-wide. Zero fields take
+// the defaults named; negative ones are refused.
+type TransportLimits struct {
+	// MaxConnections bounds the client connections open at once; more
+	// wait to be accepted. 0 means 1024.
+	MaxConnections int
+	// MaxStreams bounds the calls (HTTP/2 streams) open at once on one
+	// connection; a client's further calls wait for one to end. 0 means
+	// 16. (The Go SDK multiplexes its executions over one stream.)
+	MaxStreams int
+	// MaxRequestBytes bounds one request message, in bytes; a larger one
+	// is refused with RESOURCE_EXHAUSTED. 0 means 2 MiB, room for the Go
+	// SDK's 1 MiB batches of calls and for a contract of the largest
+	// source ledger.Limits allows by default.
+	MaxRequestBytes int
+	// BodyTimeout bounds the time from a unary call's headers to the end
+	// of its request message; a call still incomplete then is cancelled and
+	// its bytes dropped. 0 means 10 s.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a connection that has had no call open for this
+	// long. 0 means 5 minutes.
+	IdleTimeout time.Duration
+}
+
+// maxHeaderBytes bounds a call's header list (gRPC's default is 16 MiB);
+// kiroku's calls carry their data in the message, not in metadata.
+const maxHeaderBytes = 64 << 10
+
+// streamWindow is the server's receive window per stream: what a client
+// may send on a stream that the server is not reading yet. A window only
+// throttles what the client sends; replies go at the client's windows.
+const streamWindow = 1 << 20
+
+func (t *TransportLimits) validate() error {
+	if t.MaxConnections < 0 || t.MaxStreams < 0 || t.MaxRequestBytes < 0 || t.BodyTimeout < 0 || t.IdleTimeout < 0 {
+		return fmt.Errorf("server: negative transport limit in %+v", *t)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&t.MaxConnections, 1024)
+	def(&t.MaxStreams, 16)
+	def(&t.MaxRequestBytes, 2<<20)
+	if t.BodyTimeout == 0 {
+		t.BodyTimeout = 10 * time.Second
+	}
+	if t.IdleTimeout == 0 {
+		t.IdleTimeout = 5 * time.Minute
+	}
+	return nil
 }
 
 // Running is a started server.
@@ -97,6 +162,8 @@ type Running struct {
 	done    chan error
 	serving bool          // grpc.Serve owns the listener
 	closing chan struct{} // closed by stop: CallBatches streams wind down
+
+	recovery engine.RecoveryStats // the embedded engine's, at Open
 
 	stopOnce sync.Once
 	stopErr  error
@@ -119,6 +186,9 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	}
 	if o.ProofScheme == 0 {
 		o.ProofScheme = auth.SchemeECDSA
+	}
+	if err := o.Transport.validate(); err != nil {
+		return nil, err
 	}
 	keyDir := filepath.Join(o.DataDir, "keys")
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
@@ -150,16 +220,24 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		if cfg.Logf == nil { // recovery and checkpoints, for the operator
 			cfg.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 		}
-		if r.Backend, err = engine.Open(cfg); err != nil {
+		// Through a typed local: a failed Open's nil *engine.DB must not
+		// become a non-nil storage.Backend that close then calls.
+		db, err := engine.Open(cfg)
+		if err != nil {
 			return nil, err
 		}
+		r.Backend = db
+		r.recovery = db.Recovery()
+		reportRecovery(o.Logger, r.recovery)
 	case "postgres":
 		if o.PostgresDSN == "" {
 			return nil, errors.New("server: the postgres backend needs a DSN")
 		}
-		if r.Backend, err = postgres.Open(ctx, postgres.Config{DSN: o.PostgresDSN}); err != nil {
+		pg, err := postgres.Open(ctx, postgres.Config{DSN: o.PostgresDSN})
+		if err != nil {
 			return nil, err
 		}
+		r.Backend = pg
 	default:
 		return nil, fmt.Errorf("server: unknown backend %q (engine or postgres)", o.Backend)
 	}
@@ -170,19 +248,31 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg)
+	if _, ok := r.Backend.(*engine.DB); ok {
+		registerRecovery(reg, r.recovery)
+	}
 	observe := m.interceptor(o.Logger)
+	t := o.Transport
+	body := newBodyTimer(t.BodyTimeout)
 	// Stream workers reuse goroutines whose stacks have already grown to
 	// the depth of an execute; a fresh goroutine per call spent ~8% of the
 	// CPU copying stacks under load.
-	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(observe),
+	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(body.stop, observe),
+		grpc.InTapHandle(body.start),
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
-		grpc.StaticStreamWindowSize(api.StreamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
+		grpc.MaxConcurrentStreams(uint32(t.MaxStreams)),
+		grpc.MaxRecvMsgSize(t.MaxRequestBytes),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.IdleTimeout, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
 	r.closing = make(chan struct{})
 	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
 	reflection.Register(r.grpc)
 	if r.lis, err = net.Listen("tcp", o.Listen); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	r.lis = netutil.LimitListener(r.lis, t.MaxConnections)
 	if o.MetricsListen != "" {
 		mlis, err := net.Listen("tcp", o.MetricsListen)
 		if err != nil {
@@ -296,6 +386,64 @@ func proofKey(dir string, scheme auth.Scheme) (auth.Signer, auth.Verifier, *api.
 	return nil, nil, nil, fmt.Errorf("server: unknown proof scheme %v", scheme)
 }
 
+// reportRecovery logs what the embedded engine's recovery did: a warning
+// if it dropped anything (never-acknowledged records of a torn write or of
+// void epochs), with what and how much.
+func reportRecovery(log *slog.Logger, rec engine.RecoveryStats) {
+	args := []any{"checkpoints", rec.Checkpoints, "log_records", rec.Records}
+	if !rec.Dropped() {
+		log.Info("engine recovered", args...)
+		return
+	}
+	if rec.VoidTo != 0 {
+		args = append(args, "void_epochs", fmt.Sprintf("%d..%d", rec.VoidFrom, rec.VoidTo), "void_records", rec.VoidRecords, "void_bytes", rec.VoidBytes)
+	}
+	for _, t := range rec.TornTails {
+		args = append(args, fmt.Sprintf("torn_tail_log_%d", t.Log), fmt.Sprintf("%d bytes: %s", t.Bytes, t.Detail))
+	}
+	log.Warn("engine recovered, dropping writes that were never acknowledged", args...)
+}
+
+// bodyTimer cancels a unary call whose request message has not arrived
+// whole within its timeout of the call's headers: gRPC holds the bytes of
+// a partial message for as long as its sender waits. start (the tap
+// handle, run as the headers arrive) arms a timer that cancels the call's
+// context, which ends the read of the message; stop (the first unary
+// interceptor, run once the message is decoded) disarms it.
+type bodyTimer struct {
+	timeout time.Duration
+	streams map[string]bool // streaming methods: their messages come and go
+}
+
+type bodyTimerKey struct{}
+
+func newBodyTimer(timeout time.Duration) *bodyTimer {
+	b := &bodyTimer{timeout: timeout, streams: map[string]bool{}}
+	for _, sd := range api.Ledger_ServiceDesc.Streams {
+		b.streams["/"+api.Ledger_ServiceDesc.ServiceName+"/"+sd.StreamName] = true
+	}
+	return b
+}
+
+func (b *bodyTimer) start(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if b.streams[info.FullMethodName] || strings.HasPrefix(info.FullMethodName, "/grpc.reflection.") {
+		return ctx, nil
+	}
+	// The call's own context ends with the call, and this one with it.
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(b.timeout, func() { cancel(errBodyTimeout) })
+	return context.WithValue(ctx, bodyTimerKey{}, t), nil
+}
+
+var errBodyTimeout = errors.New("server: the request message did not arrive in time")
+
+func (b *bodyTimer) stop(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if t, ok := ctx.Value(bodyTimerKey{}).(*time.Timer); ok && !t.Stop() {
+		return nil, status.Errorf(codes.DeadlineExceeded, "the request message took longer than %v to arrive", b.timeout)
+	}
+	return h(ctx, req)
+}
+
 // metrics are the server's Prometheus metrics.
 type metrics struct {
 	calls    *prometheus.CounterVec
@@ -311,6 +459,22 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	reg.MustRegister(m.calls, m.duration, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// registerRecovery exports what the embedded engine's recovery dropped.
+func registerRecovery(reg *prometheus.Registry, rec engine.RecoveryStats) {
+	records := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kiroku_engine_recovery_dropped_records",
+		Help: "Log records the embedded engine's recovery dropped at start-up, never acknowledged, by reason (void_epochs: written past the durable epoch)."}, []string{"reason"})
+	bytes := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kiroku_engine_recovery_dropped_bytes",
+		Help: "Log bytes the embedded engine's recovery dropped at start-up, never acknowledged, by reason (torn_tail: a partial write cut; void_epochs)."}, []string{"reason"})
+	var torn int64
+	for _, t := range rec.TornTails {
+		torn += t.Bytes
+	}
+	records.WithLabelValues("void_epochs").Set(float64(rec.VoidRecords))
+	bytes.WithLabelValues("void_epochs").Set(float64(rec.VoidBytes))
+	bytes.WithLabelValues("torn_tail").Set(float64(torn))
+	reg.MustRegister(records, bytes)
 }
 
 func (m *metrics) interceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
