@@ -21,7 +21,7 @@ func (r *run) scopeKeys(s Scope) ([]string, error) {
 			return nil, err
 		}
 		return slices.Sorted(maps.Keys(t.Receipt.Writes)), nil
-	case s.KeyStart != "" || s.KeyEnd != "":
+	case s.KeyStart != "" || s.KeyEnd != "" || s.All:
 		sc := &storage.Scan{Namespace: r.v.ns, Table: tKeys, Partition: storage.Values{"bucket": storage.Text(keysBucket)},
 			Start: &storage.Bound{Key: storage.Values{"id": storage.Text(s.KeyStart)}, Inclusive: true}}
 		if s.KeyEnd != "" {

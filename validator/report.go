@@ -92,9 +92,12 @@ type Report struct {
 	GraphNodes int `json:"graph_nodes"`
 	GraphEdges int `json:"graph_edges"`
 	// CrossChecked counts the asset versions compared with the ledger's
-	// history.
-	CrossChecked int         `json:"cross_checked"`
-	Violations   []Violation `json:"violations"`
+	// history, CrossCheckedKeys the assets.
+	CrossChecked     int `json:"cross_checked"`
+	CrossCheckedKeys int `json:"cross_checked_keys"`
+	// Scope says which assets were cross-checked and which were not.
+	Scope      string      `json:"scope"`
+	Violations []Violation `json:"violations"`
 	// Seconds spent per phase.
 	Seconds Timings `json:"seconds"`
 }
@@ -116,8 +119,9 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
 // Print writes a human summary.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "validated %d transactions (%d committed, %d aborted); graph %d nodes, %d edges; %d versions cross-checked with the ledger\n",
-		r.Validated, r.Committed, r.Aborted, r.GraphNodes, r.GraphEdges, r.CrossChecked)
+	fmt.Fprintf(w, "validated %d transactions new to this run (%d committed, %d aborted); graph %d nodes, %d edges\n",
+		r.Validated, r.Committed, r.Aborted, r.GraphNodes, r.GraphEdges)
+	fmt.Fprintf(w, "%s: %d assets, %d versions\n", r.Scope, r.CrossCheckedKeys, r.CrossChecked)
 	if rc := r.Recovery; rc != (Recovery{}) {
 		fmt.Fprintf(w, "recovered in-doubt transactions: %d committed, %d aborted, %d timed out, %d still unknown\n",
 			rc.Committed, rc.Aborted, rc.TimedOut, rc.Unresolved)

@@ -74,7 +74,10 @@ receipt and proof signatures, re-executes each contract on the Validator's own s
 multi-version serialization graph for cycles and the clocks for stale reads. It then reports the
 violations in scope — a key (--key, with --age for one version), a key range (--key-start,
 --key-end), a transaction (--tx), or, by default, everything this run validated — and, with
---cross-check, compares the ledger's history of those keys with the log.
+--cross-check (on by default), compares the ledger's history of those keys with the log.
+By default only the assets written by transactions new to this run are cross-checked: a
+history altered after an earlier run validated it is caught with --all, which re-reads the
+history of every asset ever logged. The report says which was done.
 The exit status is non-zero on any violation.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -122,5 +125,6 @@ The exit status is non-zero on any violation.`,
 	f.StringVar(&scope.KeyEnd, "key-end", "", "... up to (not including) this id")
 	f.StringVar(&scope.Nonce, "tx", "", "report violations involving this transaction (nonce)")
 	f.BoolVar(&scope.CrossCheck, "cross-check", true, "compare the ledger's history of the keys in scope with the log")
+	f.BoolVar(&scope.All, "all", false, "cross-check the ledger's current history of every asset ever logged, not only those written by transactions new to this run: catches a history altered since an earlier run; costs one read of each logged asset's whole history")
 	return cmd
 }
