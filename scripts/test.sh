@@ -4,8 +4,8 @@
 # It starts the services the tests need — a throwaway PostgreSQL on a free
 # loopback port (scripts/pg.sh) — and sets KIROKU_REQUIRE_SERVICES=1, so a
 # test whose service is missing fails instead of skipping. Then: gofmt,
-# go vet, and every test under the race detector. The services are stopped
-# by PID on exit, whatever happened.
+# go vet, staticcheck, and every test under the race detector. The
+# services are stopped by PID on exit, whatever happened.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,8 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:" >&2; echo "$unformatted" >&2; exit 1
 fi
 go vet ./...
+# Pinned here rather than in go.mod: a checker, not a dependency of kiroku.
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 pg=$(scripts/pg.sh start) || { echo "test.sh: could not start PostgreSQL" >&2; exit 1; }
 pgdir=${pg%% *}

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -457,7 +458,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kiroku_rpc_duration_seconds",
 			Help: "Ledger RPC latency by method.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method"}),
 	}
-	reg.MustRegister(m.calls, m.duration, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(m.calls, m.duration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -134,7 +134,7 @@ func TestStalledRequestsAreBounded(t *testing.T) {
 		timeout = 500 * time.Millisecond
 	)
 	r, err := Start(context.Background(), Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Transport: TransportLimits{MaxStreams: streams, BodyTimeout: timeout, MaxRequestBytes: 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
