@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/wal"
 )
 
 // Damage to a closed data directory that no crash can make must stop Open
@@ -305,4 +307,35 @@ func writeFile(t *testing.T, fs vfs.FS, name string, b []byte) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// TestRecoveryReportsVoidRecords: records logged past the last durable
+// mark (a commit whose epoch never became durable, never acknowledged)
+// are counted in Recovery as void, and reported as dropped; a clean stop
+// drops nothing.
+func TestRecoveryReportsVoidRecords(t *testing.T) {
+	c := chainOf(t, 1)
+	c.open()
+	if rec := c.db.Recovery(); rec.Dropped() || rec.VoidRecords != 0 {
+		t.Fatalf("a clean stop dropped %+v", rec)
+	}
+	c.db.Close()
+	l, err := wal.Open(wal.Config{Dir: "/db/log-0", FS: c.fs, SegmentSize: c.cfg.LogSegmentSize, Policy: wal.BatchPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := binary.AppendUvarint([]byte{3}, 1<<20) // a buffer of an epoch far past any mark
+	if _, err := l.Append(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	defer c.db.Close()
+	c.check("after void records")
+	got := c.db.Recovery()
+	if !got.Dropped() || got.VoidRecords != 1 || got.VoidBytes != int64(len(rec)) || got.VoidTo < 1<<20 {
+		t.Fatalf("recovery %+v; want one void record of %d bytes", got, len(rec))
+	}
 }

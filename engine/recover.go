@@ -149,8 +149,10 @@ func (db *DB) recover() error {
 			return fmt.Errorf("engine: recording void epochs: %w", err)
 		}
 		db.recovery.VoidFrom, db.recovery.VoidTo = d+1, maxSeen
-		db.cfg.Logf("engine: epochs %d..%d were not durable, never acknowledged; their %d log records (%d bytes) are void",
-			d+1, maxSeen, db.recovery.VoidRecords, db.recovery.VoidBytes)
+		if db.recovery.VoidRecords > 0 {
+			db.cfg.Logf("engine: epochs %d..%d were not durable, never acknowledged; their %d log records (%d bytes) are void",
+				d+1, maxSeen, db.recovery.VoidRecords, db.recovery.VoidBytes)
+		}
 	}
 	for i, lg := range db.loggers {
 		lg.durable.Store(d)
@@ -177,7 +179,9 @@ type RecoveryStats struct {
 	Records int64
 	// VoidFrom..VoidTo is the range of epochs found in the logs past the
 	// durable epoch, made void at this Open: their commits were never
-	// acknowledged. 0..0 if there were none.
+	// acknowledged. 0..0 if there were none. (A clean stop leaves such a
+	// range too, without records: the last marks name epochs beyond what
+	// any buffer holds.)
 	VoidFrom, VoidTo uint64
 	// VoidRecords and VoidBytes count the log records of Void, skipped.
 	VoidRecords, VoidBytes int64
@@ -186,7 +190,7 @@ type RecoveryStats struct {
 }
 
 // Dropped reports whether recovery dropped anything.
-func (r RecoveryStats) Dropped() bool { return r.VoidTo != 0 || len(r.TornTails) > 0 }
+func (r RecoveryStats) Dropped() bool { return r.VoidRecords > 0 || len(r.TornTails) > 0 }
 
 // TornTail is a partial write a log cut from its tail at Open: records
 // being written when the process or machine stopped, never acknowledged.

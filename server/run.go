@@ -396,7 +396,7 @@ func reportRecovery(log *slog.Logger, rec engine.RecoveryStats) {
 		log.Info("engine recovered", args...)
 		return
 	}
-	if rec.VoidTo != 0 {
+	if rec.VoidRecords != 0 {
 		args = append(args, "void_epochs", fmt.Sprintf("%d..%d", rec.VoidFrom, rec.VoidTo), "void_records", rec.VoidRecords, "void_bytes", rec.VoidBytes)
 	}
 	for _, t := range rec.TornTails {
