@@ -433,10 +433,8 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 
 // ckptWriter frames a checkpoint's chunks and writes them in whole blocks
 // with direct I/O where the file takes it. Through the page cache, the
-// kernel's copy of the chunks was about half of a checkpoint's CPU
-// (ycsb-wo with the log: checkpoints of its 1M rows every few seconds took
-// 1.6% of the run's CPU, the copy 0.8%), and every checkpoint left its
-// size in dirty pages behind.
+// kernel's copy of the chunks was about half of a checkpoint's CPU, and
+// every checkpoint left its size in dirty pages behind.
 //
 // buf starts on a block boundary of the file: the unwritten end of the
 // last block written (fewer than ckptBlock bytes), then the chunk being

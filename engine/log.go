@@ -79,7 +79,7 @@ type logBuf struct {
 // wrote last if there is one. The free list is a bounded stack: the buffer
 // written last is the likeliest to be in cache still, and a worker filling
 // a cold one stalls on a cache miss every few writes (a FIFO channel,
-// which handed out the coldest, made ycsb-wo 10% slower). A sync.Pool
+// which handed out the coldest, made write-only loads about 10% slower). A sync.Pool
 // would not do: every collection empties it, and reallocating
 // half-megabyte buffers feeds the collector.
 func (lg *logger) newBuf(epoch uint64) *logBuf {
@@ -126,8 +126,8 @@ func (lg *logger) putFree(bufs []*logBuf) {
 // worker's buffer (flushStage). A stage this size stays in the core's L1
 // cache between transactions; the half-megabyte buffer it moves to does
 // not, and a worker that encoded into the buffer directly stalled on a
-// cache miss every few writes: with a 16 KiB stage ycsb-wo with the log
-// ran 6% faster at one and at two threads, and 8 KiB did best of 2–64.
+// cache miss every few writes. A stage of a few KiB made write-only loads
+// about 6% faster; 8 KiB did best of 2–64 KiB.
 const stageSize = 8 << 10
 
 // log appends a committed transaction's writes to the worker's log for
@@ -347,10 +347,10 @@ func (lg *logger) handoff(b *logBuf) {
 // epoch still open; buffers of a closed epoch are written at once. A round
 // costs a log write and an fdatasync, each a notification of the virtual
 // disk and an interrupt, and the goroutine switches around them: a round
-// per handed-off buffer (512 KiB) made 400 a second under ycsb-wo with two
-// threads, and batching eight cut the logging cost from 28.7% to 23.5%
-// (kiroku bench engine, medians of three alternating pairs). The epoch's
-// close still ends every batch, so the durable epoch advances as before.
+// per handed-off buffer (512 KiB) made hundreds a second under a
+// write-only load, and batching eight cut the logging cost by about a
+// sixth. The epoch's close still ends every batch, so the durable epoch
+// advances as before.
 func (lg *logger) writeBatch() int64 {
 	return min(8*int64(lg.db.cfg.LogBufferSize), int64(lg.db.cfg.MaxLogPending)/2)
 }
@@ -426,7 +426,7 @@ func (lg *logger) close() {
 
 // linger holds back an early close of the epoch while more committers
 // are likely to join it, so that one log write and fsync covers them all.
-// An fdatasync costs 20-30 µs of kernel CPU on this machine's disk, and
+// An fdatasync costs tens of µs of kernel CPU on a virtual disk, and
 // closing at each request made a ledger under 64 clients on two cores
 // write one per two commits, its Validator one per two log writes.
 //
@@ -687,10 +687,9 @@ func openWALSink(fs vfs.FS, dir string, i int, segSize int64, recycle int) (LogS
 // (the log written between two checkpoints, ckptLog bytes shared by the
 // loggers), plus one. A new segment is a new file of fresh page-cache
 // pages; reusing one overwrites cached pages and blocks already allocated.
-// Measured with kiroku bench engine (ycsb-wo, two threads, with the log),
-// zero-filling new files took 14% of the processors. (The log now writes
-// with direct I/O, which bypasses the page cache; reuse still spares the
-// block allocation.) With checkpoints
+// Zero-filling new files once took a seventh of the processors under a
+// write-only load. (The log now writes with direct I/O, which bypasses the
+// page cache; reuse still spares the block allocation.) With checkpoints
 // left to time alone (ckptLog negative) the log between two of them has
 // no bound, and a few are kept.
 func recycleSegments(ckptLog int64, loggers int, seg int64) int {

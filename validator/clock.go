@@ -22,7 +22,7 @@ type ClockConfig struct {
 	// counters; but every claim writes each counter, and every scan reads
 	// it. With one process on PostgreSQL, K = 4 added about 0.1 ms to a
 	// lone transaction against K = 1 and gave the same throughput at 64
-	// threads (README, forty-first session). On the engine, when its
+	// threads (docs/benchmarks.md). On the engine, when its
 	// clocks still scanned, a begin and end clock cost about 14, 22 and
 	// 40 µs of CPU at K = 1, 4 and 16 with 64 concurrent callers; one
 	// counter write is shorter than a scan, so contention cost little even
@@ -448,7 +448,7 @@ func retry(ctx context.Context, op func() error) error {
 // begins after it asked, and an end clock's write is done before it
 // returns. Callers may share a clock value; equal clocks order nothing.
 // At 64 clients a begin and an end clock had cost the Validator about
-// 4 µs of CPU per transaction; sharing them saved 2–3 µs (README).
+// 4 µs of CPU per transaction; sharing them saved 2–3 µs.
 //
 // A flight runs without its callers' cancellation: none may leave early
 // (the one handed the run must run it), and a run is short.

@@ -13,7 +13,7 @@
 //   - Group(window): appends wait; the syncer runs once per window, on a
 //     fixed cadence, covering everything written before the round began.
 //     Seed 003 reports about 1.5× more records per fsync than batch and
-//     lower latency near saturation; the README has what kiroku measured.
+//     lower latency near saturation; docs/benchmarks.md has kiroku's figures.
 //   - Count(N, maxWait): the syncer runs once N records are pending or the
 //     oldest has waited maxWait (seed 001, Algorithm 1).
 //   - Periodic(interval): an append is acknowledged once written to the

@@ -276,15 +276,14 @@ func zeroSyncClose(f vfs.File, size int64, sync func() error) error {
 // not at start-up: a process that opens no log (the CLI's client
 // commands) neither maps nor faults in its 4 MiB.
 //
-// Its size is the largest write the disk takes in one request on this
-// project's VMs (max_sectors_kb 4096). The block layer splits a direct
-// write at max_segments runs of physically contiguous memory (254 there),
-// and every request costs a notification of the virtual disk and an
-// interrupt. From a heap buffer in 4 KiB pages, each 1 MiB zero-fill write
-// became three requests; from 2 MiB pages a 4 MiB write is one. Under
-// ycsb-wo the preparer zero-fills as many bytes as the loggers write, and
-// the disk's requests fell from 1,250-1,300 a second to 480-950 (kiroku
-// bench engine, perf stat over 4 s windows).
+// Its size is the largest write a typical virtual disk takes in one
+// request (max_sectors_kb 4096). The block layer splits a direct write at
+// max_segments runs of physically contiguous memory (often 254), and every
+// request costs a notification of the virtual disk and an interrupt. From
+// a heap buffer in 4 KiB pages, each 1 MiB zero-fill write became three
+// requests; from 2 MiB pages a 4 MiB write is one. Under a write-heavy
+// load the preparer zero-fills as many bytes as the loggers write, so this
+// roughly halves the disk's requests (docs/benchmarks.md).
 var zeros = sync.OnceValue(func() []byte { return newZeros(zeroSize) })
 
 const zeroSize = 4 << 20

@@ -646,12 +646,12 @@ const maxSpare = 8
 
 // maxSpareSize is the largest chunk buffer kept for reuse. A round of the
 // engine's loggers writes what they handed over while the last round
-// wrote: under ycsb-wo, 0.7 MiB on average but up to 7.4 MiB, as a direct
-// write lasts as long as the device takes. A buffer dropped is a new one
-// allocated, and the kernel zeroes each of its pages on first touch: with
-// a 4 MiB bound that took 0.5% of the CPU against 0.2% (perf, ycsb-wo,
-// two runs each; 3% while chunks still grew by doubling). A round has a
-// chunk per segment it writes to, so few buffers are ever kept.
+// wrote: under a write-only load about 0.7 MiB on average but several MiB
+// at times, as a direct write lasts as long as the device takes. A buffer
+// dropped is a new one allocated, and the kernel zeroes each of its pages
+// on first touch, which a smaller bound made cost more than twice the CPU.
+// A round has a chunk per segment it writes to, so few buffers are ever
+// kept.
 const maxSpareSize = 16 << 20
 
 // round writes the pending records and, if doSync, fdatasyncs. It returns

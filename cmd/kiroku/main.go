@@ -38,8 +38,8 @@ const memoryShare = 0.75
 // does on its next tick, up to 10 ms later when it has been idle. The
 // engine's logger writes and fsyncs about 150 times a second under load;
 // on two CPUs each call held half the processors, and the write-only
-// benchmark ran 1.8 CPUs busy instead of 1.9 (median of five alternating
-// runs: 248,000 txn/s with two processors, 276,000 with three). The extra
+// benchmark kept 1.8 CPUs busy instead of 1.9, about a tenth less
+// throughput than with one processor more. The extra
 // processor is idle while nothing blocks, so it costs nothing then.
 // Setting GOMAXPROCS stops the runtime from following later changes of the
 // CPU limit; kiroku takes the limit at start.
