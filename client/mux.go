@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -81,6 +83,11 @@ const idTimeoutBytes = 2 * (1 + binary.MaxVarintLen64)
 
 // maxBatchCalls bounds the calls one message carries.
 const maxBatchCalls = 256
+
+// ErrBadReply is returned when a server's reply does not answer the call it
+// was sent for. A server that sends one is broken or dishonest; the call is
+// not retried.
+var ErrBadReply = errors.New("client: the server's reply does not answer the call")
 
 // errMuxOff is what calls waiting on a stream the server does not serve
 // get: they go unary instead.
@@ -394,15 +401,20 @@ func (e *callError) trailer() metadata.MD {
 
 // viaMux runs a call over the mux, or unary if the mux is off or the
 // client was configured with UnaryCalls; unary gets the call options.
-func viaMux[T any](ctx context.Context, c *Client, req *api.CallRequest, get func(*api.CallReply) T,
+func viaMux[T comparable](ctx context.Context, c *Client, req *api.CallRequest, get func(*api.CallReply) T,
 	unary func(ctx context.Context, opts ...grpc.CallOption) (T, error), opts []grpc.CallOption) (T, error) {
+	var zero T
 	if c.mux != nil {
 		r, err := c.mux.do(ctx, req)
 		if err == nil {
-			return get(r), nil
+			// A reply under the call's id must carry the call's kind of
+			// result: the server may be Byzantine.
+			if v := get(r); v != zero {
+				return v, nil
+			}
+			return zero, fmt.Errorf("%w: the reply to call %d carries no result of its kind", ErrBadReply, req.Id)
 		}
 		if err != errMuxOff {
-			var zero T
 			return zero, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 	"go.starlark.net/starlark"
@@ -23,9 +24,14 @@ const maxSafeInt = 1<<53 - 1
 const maxJSONDepth = 64
 
 // Canonical checks that b is one well-formed JSON text within the ledger's
-// rules and returns its RFC 8785 canonical form. The rules, checked on the
-// canonical form: no duplicate object keys, integers (numbers written with
-// digits only) within ±(2^53−1), nesting at most 64. Errors wrap what.
+// rules and returns its RFC 8785 canonical form. The rules: strings are
+// valid UTF-8 and name no lone UTF-16 surrogate in a \u escape (RFC 8785
+// §3.2.2.2 requires rejecting both: neither has a canonical form, and
+// replacing them with U+FFFD would store other text than the client
+// signed), no value is nested in more than 64 arrays and objects, no
+// duplicate object keys, and integers (numbers written with digits only,
+// in the text and in its canonical form) within ±(2^53−1). A refusal is a
+// *JSONError wrapping what.
 //
 // Most texts arrive canonical already (the SDK and the built-in contracts
 // write them so); those are recognised in one pass and returned as they
@@ -34,17 +40,318 @@ func Canonical(b []byte, what error) ([]byte, error) {
 	if isCanonical(b) {
 		return b, nil
 	}
-	if !json.Valid(b) {
-		return nil, fmt.Errorf("%w: not a JSON text", what)
+	if err := checkText(b); err != nil {
+		err.What = what
+		return nil, err
 	}
 	out, err := jcs.Transform(b)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", what, err)
+	if err != nil { // checkText passed: a number no double holds, say
+		return nil, &JSONError{What: what, Offset: -1, Reason: err.Error()}
 	}
 	if err := checkCanonical(out); err != nil {
-		return nil, fmt.Errorf("%w: %v", what, err)
+		return nil, &JSONError{What: what, Offset: -1, Reason: err.Error()}
 	}
 	return out, nil
+}
+
+// A JSONError is why a JSON text was refused. It wraps What, the ledger
+// sentinel its caller named (ErrBadArgument for a request's argument,
+// ErrBadValue for a value or result), which is its kind on the wire and so
+// its gRPC code (InvalidArgument for both).
+type JSONError struct {
+	What error // the sentinel; nil where the caller wraps the error itself (decodeJSON)
+	// Offset is the byte of the text where the fault was found, or -1 for
+	// a rule checked on the canonical form or on decoded values.
+	Offset int
+	Reason string
+	// problem classifies the faults checkText finds, for tests.
+	problem textProblem
+}
+
+func (e *JSONError) Error() string {
+	s := e.Reason
+	if e.Offset >= 0 {
+		s = fmt.Sprintf("%s at byte %d", s, e.Offset)
+	}
+	if e.What != nil {
+		s = e.What.Error() + ": " + s
+	}
+	return s
+}
+
+// Unwrap returns the sentinel.
+func (e *JSONError) Unwrap() error { return e.What }
+
+// textProblem is the class of fault checkText reports.
+type textProblem uint8
+
+const (
+	problemOther     textProblem = iota // a rule checked after the text (keys, numbers)
+	problemSyntax                       // not RFC 8259 JSON
+	problemUTF8                         // a string that is not valid UTF-8
+	problemSurrogate                    // a \u escape naming a lone surrogate
+	problemDepth                        // nested past maxJSONDepth
+	problemNumber                       // an integer outside ±(2^53−1)
+)
+
+// checkText checks that b is exactly one JSON text (RFC 8259) whose
+// strings are valid UTF-8 without a \u escape of a lone surrogate, whose
+// integers (numbers written with digits only) are within ±(2^53−1), and
+// whose values are each nested in at most maxJSONDepth arrays and objects.
+// It is iterative: a text's depth costs no stack. The error's What is nil.
+func checkText(b []byte) *JSONError {
+	fail := func(i int, p textProblem, reason string) *JSONError {
+		return &JSONError{Offset: i, Reason: reason, problem: p}
+	}
+	syntax := func(i int) *JSONError {
+		if i >= len(b) {
+			return fail(len(b), problemSyntax, "not a JSON text: unexpected end")
+		}
+		return fail(i, problemSyntax, fmt.Sprintf("not a JSON text: unexpected %q", b[i:i+1]))
+	}
+	// open[d] says whether the container that holds the values of depth
+	// d+1 is an object. A value at depth maxJSONDepth may be a container
+	// only if it is empty, so at most maxJSONDepth are ever open.
+	var open [maxJSONDepth]bool
+	depth := 0
+	i := skipSpace(b, 0)
+	for {
+		// A value starts at i, at the given depth.
+		if i >= len(b) {
+			return syntax(i)
+		}
+		switch c := b[i]; {
+		case c == '{' || c == '[':
+			closer := byte(']')
+			if c == '{' {
+				closer = '}'
+			}
+			j := skipSpace(b, i+1)
+			if j < len(b) && b[j] == closer {
+				i = j + 1
+				break // an empty container is a complete value
+			}
+			if depth == maxJSONDepth {
+				return fail(i, problemDepth, fmt.Sprintf("nesting exceeds the depth limit of %d", maxJSONDepth))
+			}
+			open[depth] = c == '{'
+			depth++
+			i = j
+			if c == '{' {
+				var err *JSONError
+				if i, err = checkMemberName(b, i, fail, syntax); err != nil {
+					return err
+				}
+			}
+			continue
+		case c == '"':
+			var err *JSONError
+			if i, err = checkString(b, i, fail); err != nil {
+				return err
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			start := i
+			var ok, integral bool
+			if i, integral, ok = checkNumber(b, i); !ok {
+				return syntax(i)
+			}
+			// On the text, not the canonical form: there an integer past
+			// 10^21 is written with an exponent, and a wrong digit would
+			// have vanished.
+			if integral {
+				if _, err := numberValue(json.Number(b[start:i])); err != nil {
+					return fail(start, problemNumber, err.Error())
+				}
+			}
+		case c == 't', c == 'f', c == 'n':
+			w := "null"
+			if c == 't' {
+				w = "true"
+			} else if c == 'f' {
+				w = "false"
+			}
+			if len(b)-i < len(w) || string(b[i:i+len(w)]) != w {
+				return syntax(i)
+			}
+			i += len(w)
+		default:
+			return syntax(i)
+		}
+		// A value ended before i: close the containers it completes, and
+		// find the start of the next one.
+		for {
+			i = skipSpace(b, i)
+			if depth == 0 {
+				if i != len(b) {
+					return fail(i, problemSyntax, "not a JSON text: data after the value")
+				}
+				return nil
+			}
+			if i >= len(b) {
+				return syntax(i)
+			}
+			object := open[depth-1]
+			closer := byte(']')
+			if object {
+				closer = '}'
+			}
+			if b[i] == closer {
+				depth--
+				i++
+				continue
+			}
+			if b[i] != ',' {
+				return syntax(i)
+			}
+			i = skipSpace(b, i+1)
+			if object {
+				var err *JSONError
+				if i, err = checkMemberName(b, i, fail, syntax); err != nil {
+					return err
+				}
+			}
+			break
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// checkMemberName checks an object member's name and colon at b[i:] and
+// returns the index of its value.
+func checkMemberName(b []byte, i int, fail func(int, textProblem, string) *JSONError, syntax func(int) *JSONError) (int, *JSONError) {
+	if i >= len(b) || b[i] != '"' {
+		return i, syntax(i)
+	}
+	i, err := checkString(b, i, fail)
+	if err != nil {
+		return i, err
+	}
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return i, syntax(i)
+	}
+	return skipSpace(b, i+1), nil
+}
+
+// checkString checks the string at b[i:] (b[i] is its opening quote) and
+// returns the index just past it.
+func checkString(b []byte, i int, fail func(int, textProblem, string) *JSONError) (int, *JSONError) {
+	start := i
+	for i++; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, nil
+		case c < 0x20:
+			return i, fail(i, problemSyntax, "not a JSON text: a control character in a string")
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, fail(i, problemSyntax, "not a JSON text: unterminated string")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+				continue
+			case 'u':
+			default:
+				return i, fail(i, problemSyntax, fmt.Sprintf("not a JSON text: unknown escape %q", b[i:i+2]))
+			}
+			r, ok := hex4(b, i+2)
+			if !ok {
+				return i, fail(i, problemSyntax, "not a JSON text: a \\u escape needs four hex digits")
+			}
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return i, fail(i, problemSurrogate, fmt.Sprintf("\\u%04x is a lone low surrogate", r))
+			case r >= 0xd800 && r <= 0xdbff:
+				lo, ok := rune(0), i+8 <= len(b) && b[i+6] == '\\' && b[i+7] == 'u'
+				if ok {
+					lo, ok = hex4(b, i+8)
+				}
+				if !ok || lo < 0xdc00 || lo > 0xdfff {
+					return i, fail(i, problemSurrogate, fmt.Sprintf("\\u%04x is a high surrogate without a low one after it", r))
+				}
+				i += 12
+			default:
+				i += 6
+			}
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return i, fail(i, problemUTF8, "invalid UTF-8 in a string")
+			}
+			i += n
+		}
+	}
+	return i, fail(start, problemSyntax, "not a JSON text: unterminated string")
+}
+
+// hex4 decodes the four hex digits at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// checkNumber checks the number at b[i:] (RFC 8259: -?(0|[1-9][0-9]*)
+// (.[0-9]+)?([eE][+-]?[0-9]+)?) and returns the index just past it and
+// whether it is written with digits only (an integer, to the ledger).
+func checkNumber(b []byte, i int) (end int, integral, ok bool) {
+	digits := func(i int) (int, bool) {
+		j := i
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		return j, j > i
+	}
+	if b[i] == '-' {
+		i++
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if i, ok = digits(i); !ok {
+		return i, false, false
+	}
+	integral = true
+	if i < len(b) && b[i] == '.' {
+		integral = false
+		if i, ok = digits(i + 1); !ok {
+			return i, false, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		integral = false
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i, ok = digits(i); !ok {
+			return i, false, false
+		}
+	}
+	return i, integral, true
 }
 
 // isCanonical reports whether b is a JSON text that Canonical would return
@@ -181,7 +488,7 @@ func checkCanonical(c []byte) error {
 		switch ch {
 		case '{', '[':
 			if len(stack) > maxJSONDepth {
-				return fmt.Errorf("nested deeper than %d", maxJSONDepth)
+				return fmt.Errorf("nesting exceeds the depth limit of %d", maxJSONDepth)
 			}
 			stack = append(stack, level{object: ch == '{', expectKey: ch == '{'})
 			i++
@@ -201,7 +508,7 @@ func checkCanonical(c []byte) error {
 			continue
 		}
 		if len(stack) > maxJSONDepth {
-			return fmt.Errorf("nested deeper than %d", maxJSONDepth)
+			return fmt.Errorf("nesting exceeds the depth limit of %d", maxJSONDepth)
 		}
 		switch {
 		case ch == '"':
@@ -259,27 +566,31 @@ func canonicalOf(v any, what error) ([]byte, error) {
 }
 
 // decodeJSON parses one JSON text into nil, bool, string, json.Number,
-// []any and map[string]any, rejecting duplicate keys, unsafe integers,
-// non-finite numbers, excess nesting and trailing data.
+// []any and map[string]any under the rules Canonical applies, so that the
+// two accept the same texts: it rejects invalid UTF-8, lone surrogates,
+// duplicate keys, integers outside ±(2^53−1) (and integral numbers outside
+// it, which canonical form writes as integers), non-finite numbers, excess
+// nesting and trailing data. Its errors are *JSONError without a sentinel:
+// callers wrap them in theirs.
 func decodeJSON(b []byte) (any, error) {
-	if !json.Valid(b) {
-		return nil, fmt.Errorf("not a JSON text")
+	if err := checkText(b); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	v, err := decodeValue(dec, 0)
 	if err != nil {
-		return nil, err
+		return nil, &JSONError{Offset: -1, Reason: err.Error()}
 	}
 	if _, err := dec.Token(); err == nil {
-		return nil, fmt.Errorf("trailing data after the JSON value")
+		return nil, &JSONError{Offset: -1, Reason: "trailing data after the JSON value"}
 	}
 	return v, nil
 }
 
 func decodeValue(dec *json.Decoder, depth int) (any, error) {
 	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("nested deeper than %d", maxJSONDepth)
+		return nil, fmt.Errorf("nesting exceeds the depth limit of %d", maxJSONDepth)
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -343,7 +654,22 @@ func numberValue(n json.Number) (any, error) {
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		return nil, fmt.Errorf("number %s is not a finite double", s)
 	}
+	if err := checkFloat(f); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// checkFloat rejects a finite double whose canonical form (RFC 8785: the
+// ECMAScript number formatting, digits only for an integral magnitude
+// below 10^21) is an integer outside ±(2^53−1), which the ledger refuses
+// as an integer: accepted as a double, it would be stored as a text that
+// no contract could read back.
+func checkFloat(f float64) error {
+	if a := math.Abs(f); a > maxSafeInt && a < 1e21 && a == math.Trunc(a) {
+		return fmt.Errorf("number %v is integral and outside ±(2^53−1)", f)
+	}
+	return nil
 }
 
 // toStarlark converts a decoded JSON value into a Starlark value: objects
@@ -399,7 +725,7 @@ func toStarlark(v any) (starlark.Value, error) {
 // and dicts with string keys are allowed; anything else is ErrBadValue.
 func fromStarlark(v starlark.Value, depth int) (any, error) {
 	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("%w: nested deeper than %d", ErrBadValue, maxJSONDepth)
+		return nil, fmt.Errorf("%w: nesting exceeds the depth limit of %d", ErrBadValue, maxJSONDepth)
 	}
 	switch t := v.(type) {
 	case starlark.NoneType:
@@ -407,6 +733,9 @@ func fromStarlark(v starlark.Value, depth int) (any, error) {
 	case starlark.Bool:
 		return bool(t), nil
 	case starlark.String:
+		if !utf8.ValidString(string(t)) {
+			return nil, fmt.Errorf("%w: string %s is not valid UTF-8", ErrBadValue, quotePrefix(string(t)))
+		}
 		return string(t), nil
 	case starlark.Int:
 		i, ok := t.Int64()
@@ -418,6 +747,9 @@ func fromStarlark(v starlark.Value, depth int) (any, error) {
 		f := float64(t)
 		if math.IsInf(f, 0) || math.IsNaN(f) {
 			return nil, fmt.Errorf("%w: %v is not a finite number", ErrBadValue, f)
+		}
+		if err := checkFloat(f); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadValue, err)
 		}
 		return f, nil
 	case *starlark.List:
@@ -431,6 +763,9 @@ func fromStarlark(v starlark.Value, depth int) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("%w: dict key %s is a %s, want string", ErrBadValue, item[0], item[0].Type())
 			}
+			if !utf8.ValidString(string(k)) {
+				return nil, fmt.Errorf("%w: dict key %s is not valid UTF-8", ErrBadValue, quotePrefix(string(k)))
+			}
 			e, err := fromStarlark(item[1], depth+1)
 			if err != nil {
 				return nil, err
@@ -440,6 +775,16 @@ func fromStarlark(v starlark.Value, depth int) (any, error) {
 		return m, nil
 	}
 	return nil, fmt.Errorf("%w: a %s", ErrBadValue, v.Type())
+}
+
+// quotePrefix quotes the first bytes of s for an error message in ASCII,
+// whatever s holds: a message becomes an abort's stored reason, which must
+// be valid UTF-8.
+func quotePrefix(s string) string {
+	if len(s) > 40 {
+		return strconv.QuoteToASCII(s[:40]) + "…"
+	}
+	return strconv.QuoteToASCII(s)
 }
 
 func seqFromStarlark(s starlark.Indexable, depth int) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -114,11 +115,14 @@ type streamCall struct {
 }
 
 // receive reads the stream and hands out its calls until the stream ends,
-// the dispatcher stops or the server closes.
+// the dispatcher stops or the server closes. A message that does not
+// decode ends the stream INVALID_ARGUMENT, the client's fault, not
+// INTERNAL (see lenientRequest); its calls cannot be answered one by one,
+// as their ids are in it.
 func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
 	for {
-		msg, err := st.Recv()
-		if err != nil {
+		msg := new(api.CallRequests)
+		if err := receiveRequest(st.RecvMsg, msg); err != nil {
 			return err
 		}
 		for _, req := range msg.Calls {
@@ -133,14 +137,19 @@ func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
 	}
 }
 
+// maxTimeoutMicros is the longest call timeout a time.Duration holds
+// (about 292 years); a longer one would overflow into a short or negative
+// timeout, and is taken as none.
+const maxTimeoutMicros = math.MaxInt64 / int64(time.Microsecond)
+
 // start makes req's context and records it as running under its id. Two
 // calls under one id (a client's error) each run; a cancel of the id
 // reaches the later.
 func (d *dispatcher) start(req *api.CallRequest) *streamCall {
 	c := &streamCall{req: req}
-	if req.TimeoutMicros > 0 {
+	if req.TimeoutMicros > 0 && req.TimeoutMicros <= maxTimeoutMicros {
 		c.ctx, c.cancel = context.WithTimeout(d.ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
-	} else {
+	} else { // none, or one too long for a time.Duration: no limit beyond the stream's
 		c.ctx, c.cancel = context.WithCancel(d.ctx)
 	}
 	d.runningMu.Lock()

@@ -268,7 +268,7 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
 	r.closing = make(chan struct{})
-	api.RegisterLedgerServer(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
+	register(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
 	reflection.Register(r.grpc)
 	if r.lis, err = net.Listen("tcp", o.Listen); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

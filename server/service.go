@@ -5,12 +5,14 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/ledger"
@@ -30,6 +32,62 @@ type service struct {
 	// closing ends the CallBatches streams once their received calls are
 	// answered (graceful shutdown: GracefulStop waits for streams).
 	closing chan struct{}
+}
+
+// register registers svc on s as the Ledger service. It is
+// api.RegisterLedgerServer, except that each unary method receives its
+// request through a lenientRequest, so that a request that does not
+// decode is INVALID_ARGUMENT. The CallBatches stream receives its
+// messages the same way (dispatcher.receive).
+func register(s grpc.ServiceRegistrar, svc *service) {
+	desc := api.Ledger_ServiceDesc // a copy: the generated one stays as it is
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		h := desc.Methods[i].Handler
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return h(srv, ctx, func(m any) error { return receiveRequest(dec, m.(proto.Message)) }, ic)
+		}
+	}
+	s.RegisterService(&desc, svc)
+}
+
+// receiveRequest receives a request message into m with recv (a stream's
+// RecvMsg, or a unary handler's decoding function): a message that does
+// not decode is INVALID_ARGUMENT (see lenientRequest).
+func receiveRequest(recv func(any) error, m proto.Message) error {
+	r := lenientRequest{m: m}
+	if err := recv(&r); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// lenientRequest receives a request message, decoding it into m, and
+// keeps a decoding failure as the client's fault, INVALID_ARGUMENT.
+// Received into m directly, a message that does not decode (a string field
+// that is not UTF-8, which proto3 forbids, or a message cut short) ends the
+// call at once with INTERNAL, a fault of the server's: grpc's codec fails,
+// and its serverStream.RecvMsg writes that status itself, before any
+// handler or interceptor can answer otherwise. grpc's codec hands a
+// lenientRequest's bytes to its Unmarshal, the method protobuf's Go API
+// calls for message types of its older API that decode themselves, which
+// decodes them into m and reports success to grpc.
+type lenientRequest struct {
+	m   proto.Message
+	err error // why the message did not decode; nil if it did
+}
+
+func (*lenientRequest) Reset()         {}
+func (*lenientRequest) String() string { return "request" }
+func (*lenientRequest) ProtoMessage()  {}
+
+// Unmarshal decodes b into r.m, which keeps no reference to b (grpc reuses
+// b's buffer).
+func (r *lenientRequest) Unmarshal(b []byte) error {
+	if err := proto.Unmarshal(b, r.m); err != nil {
+		r.err = status.Errorf(codes.InvalidArgument, "the request does not decode: %v", err)
+	}
+	return nil
 }
 
 func (s *service) requireAdmin(ctx context.Context) error {
