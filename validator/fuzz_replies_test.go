@@ -72,6 +72,32 @@ func FuzzValidatorReplies(f *testing.F) {
 	})
 }
 
+// TestFailedRunReportsFindings: a validation that stores what it found and
+// then fails (the ledger refuses the cross-check's history) returns its
+// findings beside the error; no later unscoped run would report them.
+func TestFailedRunReportsFindings(t *testing.T) {
+	h := newValidatorHarness(t)
+	ctx := context.Background()
+	step := func(action byte, body []byte) []byte {
+		return append([]byte{action, byte(len(body) >> 8), byte(len(body))}, body...)
+	}
+	// The execute is answered with the reply to another request; the
+	// cross-check's history is refused.
+	h.script.Store(&vscript{data: append(step(1, h.oldReply), step(2, []byte{16})...)})
+	defer h.script.Store(&vscript{})
+	r, err := h.c.SignRequest(&ledger.Request{Nonce: "failed-run", ContractID: "put", Argument: []byte(`{"id":"f","v":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.v.ExecuteRequest(ctx, r); err != nil {
+		t.Fatalf("execute: %v", err)
+	}
+	rep, err := h.v.Validate(ctx, Scope{CrossCheck: true})
+	if err == nil || rep == nil || !slices.ContainsFunc(rep.Violations, func(vl Violation) bool { return slices.Contains(vl.Txs, r.Nonce) }) {
+		t.Fatalf("validation: %v, report %+v; want an error and the violation found before it", err, rep)
+	}
+}
+
 type validatorHarness struct {
 	srv      *server.Running
 	up       api.LedgerClient
@@ -83,7 +109,7 @@ type validatorHarness struct {
 	kinds    []string
 }
 
-func newValidatorHarness(f *testing.F) *validatorHarness {
+func newValidatorHarness(f testing.TB) *validatorHarness {
 	f.Helper()
 	ctx := context.Background()
 	// HMAC proofs: a reply's signatures have one length, so the script's
@@ -318,9 +344,9 @@ func (h *validatorHarness) run(t *testing.T, data []byte) {
 	faulted := s.faulted
 	s.mu.Unlock()
 	h.script.Store(&vscript{}) // honest from here on
-	// The violations of the transaction stored so far too: a run that
-	// fails after it stored what it found (its cross-check, say) does not
-	// report them, and a later unscoped run reports only what it finds.
+	// The violations of the transaction stored so far too (a run that fails
+	// after it stored what it found returns them beside its error, above;
+	// this checks they were stored).
 	rep, err = h.v.Validate(ctx, Scope{Nonce: r.Nonce, CrossCheck: true})
 	if err != nil {
 		t.Fatalf("script %q: validation against an honest ledger: %v", data, err)

@@ -79,6 +79,11 @@ func (s Scope) describe() string {
 // (stale reads). Then the new transactions are marked validated: later runs
 // never repeat their work. doc.go argues why this window is enough.
 //
+// An error before the run's findings are stored returns a nil Report; one
+// after (a failed cross-check, say) returns the Report so far beside it,
+// whose violations a caller must not drop: later runs report only what
+// they find themselves.
+//
 // Only one validation runs at a time on a Validator database: Validate
 // takes a lease there (see Config.LeaseTTL) and returns ErrValidationRunning while
 // another holds it.
@@ -172,18 +177,24 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (_ *Report, err e
 		return nil, err
 	}
 	lap(&rep.Seconds.Persist)
+	// From here on the run's findings are stored and its transactions
+	// marked validated, so no later unscoped run reports them again: a
+	// failure returns the report so far with the error.
+	rep.Scope = "cross-check not finished"
 	if !scope.everything() {
-		if rep.Violations, err = v.storedViolations(ctx, scope); err != nil {
-			return nil, err
+		stored, err := v.storedViolations(ctx, scope)
+		if err != nil {
+			return rep, err
 		}
+		rep.Violations = stored
 	}
 	if scope.CrossCheck {
 		keys, err := r.scopeKeys(scope)
 		if err != nil {
-			return nil, err
+			return rep, err
 		}
 		if err := r.crossCheck(keys); err != nil {
-			return nil, err
+			return rep, err
 		}
 		rep.CrossCheckedKeys = len(keys)
 		lap(&rep.Seconds.CrossCheck)

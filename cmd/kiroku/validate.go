@@ -97,9 +97,10 @@ The exit status is non-zero on any violation.`,
 				return err
 			}
 			rep, err := v.Validate(ctx, scope)
-			if err != nil {
+			if rep == nil {
 				return err
 			}
+			// A run that failed after storing what it found still shows it.
 			w := cmd.OutOrStdout()
 			if cf.asJSON {
 				enc := json.NewEncoder(w)
@@ -109,6 +110,9 @@ The exit status is non-zero on any violation.`,
 				}
 			} else {
 				rep.Print(w)
+			}
+			if err != nil {
+				return err
 			}
 			if !rep.OK() {
 				return fmt.Errorf("validate: %d violations", len(rep.Violations))
