@@ -8,6 +8,15 @@
 // finds the nonce already used, the client asks for the transaction's
 // recorded state and returns the original outcome — the result and its
 // proofs if it committed, its error if it aborted.
+//
+// Errors wrap the ledger's sentinels (ledger.ErrContractFailed, ...; see
+// Error), or one of this package's: ErrConflict, a transaction the ledger
+// aborted because it conflicted with others on every attempt it made —
+// nothing was committed, and the same request (NewRequest's result, same
+// nonce) may be sent again with ExecuteRequest; ErrBadReply, a reply that
+// does not answer its call, from a broken or dishonest server. An
+// overloaded server (ledger.ErrOverloaded, no room for another contract)
+// answers UNAVAILABLE and is retried like a lost reply.
 package client
 
 import (
@@ -283,6 +292,11 @@ func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opt
 	return zero, c.cfg.MaxAttempts, fromStatus(err, nil)
 }
 
+// ErrConflict is the sentinel of a transaction the ledger aborted after
+// conflicting with others on every attempt: nothing was committed, and the
+// same request (nonce) may be sent again.
+var ErrConflict = errors.New("client: the transaction kept conflicting with others; nothing was committed")
+
 // fromStatus turns a gRPC error into one wrapping the ledger's sentinel.
 func fromStatus(err error, trailer metadata.MD) error {
 	st, ok := status.FromError(err)
@@ -293,12 +307,16 @@ func fromStatus(err error, trailer metadata.MD) error {
 		if s := ledger.KindError(kinds[0]); s != nil {
 			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: s}
 		}
+		if kinds[0] == wire.KindConflict {
+			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: ErrConflict}
+		}
 	}
 	return &Error{Code: st.Code(), Msg: st.Message()}
 }
 
 // Error is a failed call: the gRPC code, the ledger's error kind if any,
-// and the server's message. errors.Is matches the ledger sentinel of Kind.
+// and the server's message. errors.Is matches the sentinel of Kind: the
+// ledger's, or ErrConflict for "conflict".
 type Error struct {
 	Code     codes.Code
 	Kind     string

@@ -222,7 +222,7 @@ func errorCode(err error) (codes.Code, string) {
 		case errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrClosed):
 			code = codes.Unavailable
 		case errors.Is(err, storage.ErrRetriesExhausted), errors.Is(err, storage.ErrConflict):
-			code = codes.Aborted
+			code, kind = codes.Aborted, wire.KindConflict
 		}
 	}
 	return code, kind

@@ -24,6 +24,13 @@ const ErrorKindKey = "kiroku-error"
 // have committed, so a client retries with the same nonce.
 const KindCommitUnknown = "commit_unknown"
 
+// KindConflict is the trailer's kind, with ABORTED, for a transaction that
+// conflicted with others on every attempt the server made
+// (storage.ErrRetriesExhausted, storage.ErrConflict): nothing was
+// committed and no outcome recorded, so the same request (nonce) may be
+// sent again.
+const KindConflict = "conflict"
+
 // Code is the gRPC code a ledger error of kind travels with: Internal for
 // a kind it does not know, and for "" (not a ledger error), which the
 // server refines from the error itself.
@@ -37,10 +44,12 @@ func Code(kind string) codes.Code {
 		return codes.AlreadyExists
 	case "unknown_contract", "not_found":
 		return codes.NotFound
-	case "contract_failed", "step_limit", "call_depth":
+	case "contract_failed", "step_limit", "memory_limit", "time_limit", "call_depth":
 		return codes.FailedPrecondition
 	case "registration_disabled":
 		return codes.PermissionDenied
+	case "overloaded":
+		return codes.Unavailable
 	}
 	return codes.Internal
 }
