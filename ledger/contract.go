@@ -9,13 +9,44 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// Limits bound what one execution may do. Zero fields take the defaults.
+// Limits bound what one execution may do, and what a ledger's executions
+// may do together. Zero fields take the defaults.
 type Limits struct {
 	// MaxSteps is the Starlark step budget of one request, nested calls
 	// included; 0 means 1,000,000.
 	MaxSteps uint64
+	// MaxMemoryBytes is the memory budget of one request's Starlark, nested
+	// calls included, in bytes; 0 means 64 MiB. It counts, cumulatively,
+	// what the contracts allocate through every operation whose result can
+	// grow by more than a constant per step (repetition, concatenation,
+	// formatting, str(), list() and the other conversions, string and
+	// collection methods, slices), as estimated before the operation runs,
+	// and the values they read, put, pass to ledger.call and return. An
+	// operation that would pass the budget fails with ErrMemoryLimit
+	// before it allocates. Other allocations are bounded per step, so a
+	// request's Starlark holds at most this much plus a small constant per
+	// step (see memory.go).
+	MaxMemoryBytes int
+	// MaxExecutionTime bounds the wall-clock time of one request's
+	// Starlark, from its first contract to the end of the outermost call,
+	// whatever the client's deadline; 0 means 10 s. A contract still
+	// running then stops at its next step and the request fails with
+	// ErrTimeLimit. It is also the longest a request waits for room under
+	// MaxConcurrentExecutions and MaxTotalMemoryBytes before it fails
+	// with ErrOverloaded.
+	MaxExecutionTime time.Duration
+	// MaxConcurrentExecutions bounds, server-wide (per Ledger), the
+	// requests whose Starlark runs at once; 0 means 64. More wait, as
+	// MaxExecutionTime says. Built-in Go contracts do not count.
+	MaxConcurrentExecutions int
+	// MaxTotalMemoryBytes bounds, server-wide, the memory budgets of the
+	// requests whose Starlark runs at once: each reserves MaxMemoryBytes
+	// of it while its Starlark runs; 0 means 1 GiB. It must be at least
+	// MaxMemoryBytes.
+	MaxTotalMemoryBytes int
 	// MaxValueBytes bounds one asset value and a contract's result, in
 	// canonical JSON bytes; 0 means 64 KiB.
 	MaxValueBytes int
@@ -33,7 +64,10 @@ type Limits struct {
 	// for one scan of MaxScanLimit values of MaxValueBytes by default.
 	// Without it a contract could keep the results of scan after scan
 	// within its step budget, each up to 64 MiB, and exhaust the server's
-	// memory.
+	// memory. A Starlark contract's reads also count against
+	// MaxMemoryBytes, as the values they decode to, which take more bytes
+	// than their JSON: under the default budget one such full scan does
+	// not fit.
 	MaxReadBytes int
 	// MaxWrites bounds the assets one transaction writes; 0 means 10,000.
 	MaxWrites int
@@ -58,6 +92,12 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxSteps == 0 {
 		l.MaxSteps = 1_000_000
 	}
+	def(&l.MaxMemoryBytes, 64<<20)
+	if l.MaxExecutionTime <= 0 {
+		l.MaxExecutionTime = 10 * time.Second
+	}
+	def(&l.MaxConcurrentExecutions, 64)
+	def(&l.MaxTotalMemoryBytes, 1<<30)
 	def(&l.MaxValueBytes, 64<<10)
 	def(&l.MaxArgumentBytes, 64<<10)
 	def(&l.MaxSourceBytes, 256<<10)
@@ -68,6 +108,15 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxReplyBytes, 16<<20)
 	def(&l.MaxValidateVersions, 10_000)
 	return l
+}
+
+// check rejects limits that contradict each other (after withDefaults).
+func (l Limits) check() error {
+	if l.MaxTotalMemoryBytes < l.MaxMemoryBytes {
+		return fmt.Errorf("ledger: Limits.MaxTotalMemoryBytes (%d) is less than MaxMemoryBytes (%d): no contract could run",
+			l.MaxTotalMemoryBytes, l.MaxMemoryBytes)
+	}
+	return nil
 }
 
 // Contract is a deterministic one-shot program: given the ledger and a JSON
@@ -131,10 +180,13 @@ type execution struct {
 	ctx    context.Context
 	limits Limits
 	load   func(id string) (Contract, error)
-	stack  []string    // ids of the contracts running, outermost first
-	star   *starThread // created by the first Starlark contract
-	// stopCancel unhooks star's cancellation from ctx (starThread.cancelOn).
-	stopCancel func() bool
+	stack  []string // ids of the contracts running, outermost first
+	// gate bounds the executions running Starlark at once (nil: no bound).
+	gate *gate
+	star *starThread // created by the first Starlark contract
+	// done releases what the first Starlark contract took: its slot of
+	// gate, its timer (execution.startStarlark).
+	done func()
 	// read is the bytes of asset values get and scan returned so far.
 	read int
 	// storeErr is the first failure of the store itself (storage, a
@@ -270,12 +322,14 @@ func (x *execution) call(store assetStore, id string, args []byte) ([]byte, erro
 // the package's sentinels. A failure of the store, and ctx's end (which
 // stops a Starlark contract at its next step), are returned as they are,
 // with no ledger kind: they say nothing about the request, so no abort is
-// recorded.
-func runContract(ctx context.Context, limits Limits, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
-	x := &execution{ctx: ctx, limits: limits, load: load}
+// recorded. Neither is one for ErrOverloaded, no room under g in time.
+// If the contract, or one it calls, is Starlark, the execution holds one
+// of g's slots (g nil: no bound) from then until runContract returns.
+func runContract(ctx context.Context, limits Limits, g *gate, load func(string) (Contract, error), store assetStore, id string, args []byte) ([]byte, error) {
+	x := &execution{ctx: ctx, limits: limits, load: load, gate: g}
 	out, err := x.call(store, id, args)
-	if x.stopCancel != nil {
-		x.stopCancel()
+	if x.done != nil {
+		x.done()
 	}
 	if x.storeErr != nil {
 		return nil, x.storeErr
@@ -564,7 +618,8 @@ func contractError(id string, err error) error {
 	if i := strings.Index(msg, "\n"); i >= 0 {
 		msg = msg[:i]
 	}
-	return fmt.Errorf("%w: %s: %s", ErrContractFailed, id, msg)
+	// The message is recorded as the abort's reason: keep it short.
+	return fmt.Errorf("%w: %s: %s", ErrContractFailed, id, truncate(msg, maxFailText))
 }
 
 var errNoInvoke = errors.New("defines no function invoke(ledger, args)")

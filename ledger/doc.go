@@ -26,7 +26,7 @@
 //
 // Contracts cannot reach the clock, randomness or any I/O: Starlark has no
 // such built-ins and the ledger adds none, load() is not provided and
-// print() is discarded; dict and set iteration follow insertion order, and
+// print() does nothing; dict and set iteration follow insertion order, and
 // values cross between JSON and Starlark in one canonical form (RFC 8785,
 // object members in sorted order). A contract's only inputs are its
 // argument and what it reads, and the versions it read are recorded in
@@ -42,9 +42,40 @@
 // the size of values, results, arguments and sources, the depth of nested
 // calls (a contract that calls itself is refused at once), scans, the
 // bytes a request reads through get and scan, and the assets one
-// transaction writes. A Starlark contract also stops when its request's
-// context ends (a deadline, a cancel); that failure is not the request's,
-// so no abort is recorded and its nonce stays free.
+// transaction writes.
+//
+// It also bounds the memory a request's Starlark allocates
+// (MaxMemoryBytes, ErrMemoryLimit). The interpreter counts steps but not
+// bytes, and one step can ask for gigabytes ('x' * 500000000, or str() of
+// a list holding a thousand references to one long string), so every
+// contract is rewritten when it compiles: each operation that can make a
+// value grow by more than a constant per step — repetition,
+// concatenation, % and format, str, repr, list and the other conversions,
+// the string, list, dict and set methods that build new values, slices,
+// *args — first has its result's size estimated and charged, and is
+// refused before it allocates if the request's total would pass the
+// budget (guard.go, memory.go). Values read, put, passed to a nested call
+// and returned count too. The count is cumulative and nested calls share
+// it; what the guards do not see is bounded per step, so a request's
+// Starlark holds at most its budget plus a constant per step. Integers
+// are capped at 2^20 bits, so that no single arithmetic step runs for
+// long. The rewrite keeps each program's meaning and its step count.
+//
+// A request's Starlark stops at MaxExecutionTime (ErrTimeLimit), however
+// long its client would wait; the interpreter checks between steps, so a
+// single step ends first (every guarded one is bounded by the budget; an
+// equality test or hash of a deeply nested tuple that shares its parts is
+// not). It also stops when its request's context ends (a deadline, a
+// cancel); that failure is not the request's, so no abort is recorded and
+// its nonce stays free.
+//
+// Server-wide, at most MaxConcurrentExecutions requests run Starlark at
+// once, and their budgets add up to at most MaxTotalMemoryBytes: each
+// reserves its MaxMemoryBytes while its Starlark runs (not while its
+// transaction commits). A request that finds no room within
+// MaxExecutionTime fails with ErrOverloaded; nothing is recorded, so it
+// can be sent again as it is. Built-in Go contracts are reviewed code and
+// take no part in these three bounds.
 //
 // # Storage
 //

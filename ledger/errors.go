@@ -25,6 +25,8 @@ var (
 	ErrBadContract     = errors.New("contract does not compile") // syntax error, or no invoke(ledger, args)
 	ErrContractFailed  = errors.New("contract failed")           // fail(msg), or a runtime error in the contract
 	ErrStepLimit       = errors.New("contract exceeded its step limit")
+	ErrMemoryLimit     = errors.New("contract exceeded its memory limit") // Limits.MaxMemoryBytes
+	ErrTimeLimit       = errors.New("contract exceeded its time limit")   // Limits.MaxExecutionTime
 	ErrCallDepth       = errors.New("nested contract calls too deep")
 	ErrBadValue        = errors.New("value is not JSON-able") // a contract returned or put something JSON cannot hold
 
@@ -32,6 +34,10 @@ var (
 	ErrIdentityExists       = errors.New("identity already registered")
 	ErrRegistrationDisabled = errors.New("identity registration is disabled")
 	ErrNotFound             = errors.New("not found") // asset version, proof or transaction
+
+	// The server. ErrOverloaded is no fault of the request: no abort is
+	// recorded, so the same request (nonce) can be sent again.
+	ErrOverloaded = errors.New("too many contracts running; try again") // no room under Limits.MaxConcurrentExecutions or MaxTotalMemoryBytes in time
 )
 
 // kinds names every sentinel for the wire. The names are part of the API:
@@ -51,11 +57,14 @@ var kinds = []struct {
 	{"bad_contract", ErrBadContract},
 	{"contract_failed", ErrContractFailed},
 	{"step_limit", ErrStepLimit},
+	{"memory_limit", ErrMemoryLimit},
+	{"time_limit", ErrTimeLimit},
 	{"call_depth", ErrCallDepth},
 	{"bad_value", ErrBadValue},
 	{"identity_exists", ErrIdentityExists},
 	{"registration_disabled", ErrRegistrationDisabled},
 	{"not_found", ErrNotFound},
+	{"overloaded", ErrOverloaded},
 }
 
 // Kind returns the wire name of the sentinel err wraps, or "" if none.

@@ -43,12 +43,13 @@ func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
 }
 
 // isExecutionFailure tells a request that ran and failed (its abort is
-// recorded) from a replayed nonce and from failures of storage or the
-// context (nothing is recorded). Every error a contract, its argument or a limit
-// causes carries a ledger kind; runContract hands the store's own failures
-// back as they are, which carry none.
+// recorded) from a replayed nonce, from a server too busy to run it
+// (ErrOverloaded) and from failures of storage or the context (nothing is
+// recorded). Every error a contract, its argument or a limit causes
+// carries a ledger kind; runContract hands the store's own failures back
+// as they are, which carry none.
 func isExecutionFailure(err error) bool {
-	return Kind(err) != "" && !errors.Is(err, ErrNonceReused)
+	return Kind(err) != "" && !errors.Is(err, ErrNonceReused) && !errors.Is(err, ErrOverloaded)
 }
 
 func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
@@ -61,7 +62,7 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 		res, failed = nil, nil
 		s.begin(ctx, tx)
 		defer s.end()
-		out, err := runContract(ctx, l.lim, load, s, req.ContractID, req.Argument)
+		out, err := runContract(ctx, l.lim, l.gate, load, s, req.ContractID, req.Argument)
 		if err == nil {
 			err = s.checkReply(req, out)
 		}

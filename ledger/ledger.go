@@ -51,6 +51,9 @@ type Ledger struct {
 	contracts sync.Map // contract id → Contract
 
 	stores sync.Pool // spent *txStore, for reuse
+
+	// gate bounds the executions running Starlark at once.
+	gate *gate
 }
 
 type identityKey struct {
@@ -66,10 +69,14 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = DefaultNamespace
 	}
+	lim := cfg.Limits.withDefaults()
+	if err := lim.check(); err != nil {
+		return nil, err
+	}
 	if err := ensureSchema(ctx, cfg.Backend, cfg.Namespace); err != nil {
 		return nil, err
 	}
-	return &Ledger{b: cfg.Backend, ns: cfg.Namespace, cfg: cfg, lim: cfg.Limits.withDefaults()}, nil
+	return &Ledger{b: cfg.Backend, ns: cfg.Namespace, cfg: cfg, lim: lim, gate: newGate(gateSlots(lim))}, nil
 }
 
 // ---- identities ----
@@ -223,7 +230,15 @@ func (l *Ledger) RegisterContract(ctx context.Context, reg *ContractRegistration
 	if err := Verify(v, reg, reg.Signature); err != nil {
 		return err
 	}
-	if _, err := compileStarlark(reg.ID, reg.Source); err != nil {
+	// Compiling runs the contract's top level: it takes a slot of the
+	// gate like an execution.
+	leave, err := l.gate.enter(ctx, l.lim.MaxExecutionTime)
+	if err != nil {
+		return err
+	}
+	_, err = compileStarlark(ctx, reg.ID, reg.Source, l.lim)
+	leave()
+	if err != nil {
 		return err
 	}
 	part := storage.Values{"bucket": storage.Text(contractBucket)}
@@ -316,7 +331,9 @@ func (l *Ledger) contract(ctx context.Context, id string) (Contract, error) {
 	if rr.err != nil {
 		return nil, rr.err
 	}
-	c, err := compileStarlark(id, source)
+	// Not through the gate: this may run inside an execution that holds
+	// a slot already, and it runs once per contract and process.
+	c, err := compileStarlark(ctx, id, source, l.lim)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: stored contract %s: %w", id, err)
 	}

@@ -24,7 +24,7 @@ type Replayed struct {
 // CompileContract compiles Starlark contract source as RegisterContract
 // does, for a re-execution outside the ledger.
 func CompileContract(id string, source []byte) (Contract, error) {
-	return compileStarlark(id, source)
+	return compileStarlark(context.Background(), id, source, Limits{}.withDefaults())
 }
 
 // Replay re-executes one transaction: contract on argument, with every get
@@ -36,15 +36,23 @@ func CompileContract(id string, source []byte) (Contract, error) {
 // A transaction that re-executes differently — it reads an asset outside
 // input, writes one outside writes, or fails — is a divergence, returned as
 // a non-empty description. err is kept for failures that are not the
-// transaction's: src failing, or a context cancelled.
+// transaction's: src failing, a context cancelled, and the time limit
+// (ErrTimeLimit), which depends on the machine and its load, not on the
+// transaction.
 func Replay(ctx context.Context, lim Limits, load func(id string) (Contract, error), contract string, argument []byte,
 	input, writes map[string]int64, src VersionSource) (*Replayed, string, error) {
+	return replay(ctx, lim, nil, load, contract, argument, input, writes, src)
+}
+
+// replay is Replay with the executions bounded by g (nil: no bound).
+func replay(ctx context.Context, lim Limits, g *gate, load func(id string) (Contract, error), contract string, argument []byte,
+	input, writes map[string]int64, src VersionSource) (*Replayed, string, error) {
 	s := &replayStore{ctx: ctx, src: src, input: input, written: writes, writes: map[string][]byte{}}
-	res, rerr := runContract(ctx, lim.withDefaults(), load, s, contract, argument)
+	res, rerr := runContract(ctx, lim.withDefaults(), g, load, s, contract, argument)
 	switch {
 	case s.missing != "":
 		return nil, s.missing, nil
-	case rerr != nil && Kind(rerr) == "":
+	case rerr != nil && (Kind(rerr) == "" || errors.Is(rerr, ErrTimeLimit) || errors.Is(rerr, ErrOverloaded)):
 		return nil, "", rerr
 	case rerr != nil:
 		return nil, "re-execution fails: " + rerr.Error(), nil

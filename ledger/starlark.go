@@ -15,7 +15,7 @@ import (
 // file's top level runs once, when the contract is compiled, and its
 // globals are then frozen: invoke may read them but not change them, so no
 // state survives between transactions. The interpreter gives a contract no clock, no
-// randomness, no I/O and no load(); print() is discarded; dict and set
+// randomness, no I/O and no load(); print() does nothing; dict and set
 // iteration follow insertion order and hash() is specified to be the same
 // in every process. The only inputs are the argument and what ledger.get
 // and ledger.scan return, and those are exactly what the proofs record —
@@ -32,9 +32,15 @@ import (
 //	fail(msg)                                       aborts: nothing is written,
 //	                                                msg goes back to the client
 //
+// Names starting with __kiroku_ are reserved (guard.go).
+//
 // A request's steps are counted across nested calls against
-// Limits.MaxSteps. The interpreter's own guard refuses single allocations of
-// 1 GiB or more; the ledger sets no tighter memory bound than that.
+// Limits.MaxSteps, the memory its contracts allocate against
+// Limits.MaxMemoryBytes (memory.go: every contract is rewritten when it
+// compiles so that each operation able to allocate more than a constant
+// per step is estimated and charged first, guard.go), and its Starlark
+// stops at Limits.MaxExecutionTime. The top level of a contract runs
+// under the same memory and time limits, within 100,000 steps.
 
 // fileOptions are the dialect contracts are written in: Starlark with sets,
 // while loops and top-level control flow (still bounded by the step limit),
@@ -49,17 +55,41 @@ type starContract struct {
 	fn *starlark.Function
 }
 
-// compileStarlark parses and compiles source, runs its top level once
-// (within 100,000 steps) and checks it defines a function invoke of two
-// parameters.
-func compileStarlark(id string, source []byte) (*starContract, error) {
-	_, prog, err := starlark.SourceProgramOptions(fileOptions, id+".star", source, predeclared.Has)
+// compileStarlark parses source, rewrites it behind the memory guards,
+// compiles it, runs its top level once (within 100,000 steps and lim's
+// memory and time limits, or until ctx ends) and checks it defines a
+// function invoke of two parameters.
+func compileStarlark(ctx context.Context, id string, source []byte, lim Limits) (*starContract, error) {
+	f, err := fileOptions.Parse(id+".star", source, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
 	}
-	t := newStarThread(Limits{MaxSteps: 100_000}.withDefaults())
-	globals, err := prog.Init(t.thread, predeclared)
+	var prog *starlark.Program
+	err = safely(func() (err error) {
+		if err := rewriteContract(f); err != nil {
+			return err
+		}
+		prog, err = starlark.FileProgram(f, predeclared.Has)
+		return err
+	})
 	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
+	}
+	lim.MaxSteps = 100_000
+	t, stop := newStarThread(ctx, lim)
+	var globals starlark.StringDict
+	err = safely(func() (err error) {
+		globals, err = prog.Init(t.thread, predeclared)
+		return err
+	})
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if lerr := t.limitError(id+" (top level)", lim); lerr != nil {
+			err = lerr
+		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
 	}
 	globals.Freeze()
@@ -71,40 +101,94 @@ func compileStarlark(id string, source []byte) (*starContract, error) {
 }
 
 // starThread is the one interpreter thread of an execution; nested
-// Starlark contracts run on it, so they share its step budget.
+// Starlark contracts run on it, so they share its step, memory and time
+// budgets.
 type starThread struct {
 	thread   *starlark.Thread
 	outOfGas bool
+	// owed are steps the guards are to give back still (refund).
+	owed uint64
+	mem  memAccount
+	// limit ends at the time limit, with cause errTimeUp, or with the
+	// request's context; the thread is cancelled when it does.
+	limit context.Context
 }
 
-func newStarThread(l Limits) *starThread {
-	st := &starThread{thread: &starlark.Thread{Name: "contract", Print: func(*starlark.Thread, string) {}}}
+// errTimeUp is the cause of a starThread's limit that ended at the time
+// limit.
+var errTimeUp = errors.New("time limit reached")
+
+// newStarThread makes a thread within l's steps, memory and time, which
+// also stops when ctx ends. stop releases the timer; call it when the
+// thread is done.
+func newStarThread(ctx context.Context, l Limits) (t *starThread, stop func()) {
+	st := &starThread{thread: &starlark.Thread{Name: "contract", Print: func(*starlark.Thread, string) {}},
+		mem: memAccount{limit: int64(l.MaxMemoryBytes)}}
+	st.thread.SetLocal(starKey, st)
 	st.thread.SetMaxExecutionSteps(l.MaxSteps)
 	st.thread.OnMaxSteps = func(t *starlark.Thread) {
 		st.outOfGas = true
 		t.Cancel("step limit reached")
 	}
-	return st
+	limit, cancel := context.WithTimeoutCause(ctx, l.MaxExecutionTime, errTimeUp)
+	st.limit = limit
+	unhook := context.AfterFunc(limit, func() {
+		if context.Cause(limit) == errTimeUp {
+			st.thread.Cancel("time limit reached")
+		} else {
+			st.thread.Cancel("the request's context ended")
+		}
+	})
+	return st, func() { unhook(); cancel() }
 }
 
-// cancelOn cancels the thread when ctx ends, so a contract that runs long
-// within its step budget stops at its caller's deadline or cancel, not at
-// the end of its budget; the returned function unhooks it.
-func (st *starThread) cancelOn(ctx context.Context) func() bool {
-	return context.AfterFunc(ctx, func() { st.thread.Cancel("the request's context ended") })
+// limitError is the error of an execution on st that one of its limits
+// ended, or nil: the step limit, the time limit (not the context of the
+// request), or a memory charge refused.
+func (st *starThread) limitError(id string, l Limits) error {
+	switch {
+	case st.outOfGas:
+		return fmt.Errorf("%w: %s: more than %d steps", ErrStepLimit, id, l.MaxSteps)
+	case context.Cause(st.limit) == errTimeUp:
+		return fmt.Errorf("%w: %s: still running after %v", ErrTimeLimit, id, l.MaxExecutionTime)
+	case st.mem.refused != "":
+		return fmt.Errorf("%w: %s: %s", ErrMemoryLimit, id, st.mem.refused)
+	}
+	return nil
+}
+
+// startStarlark readies an execution's first Starlark contract: it waits
+// for room under the ledger's gate (if any), then makes the thread every
+// contract of the execution runs on. runContract releases both.
+func (x *execution) startStarlark() error {
+	leave := func() {}
+	if x.gate != nil {
+		var err error
+		if leave, err = x.gate.enter(x.ctx, x.limits.MaxExecutionTime); err != nil {
+			return err
+		}
+	}
+	st, stop := newStarThread(x.ctx, x.limits)
+	x.star = st
+	x.done = func() {
+		stop()
+		leave()
+	}
+	return nil
 }
 
 // Invoke runs the contract on the execution's Starlark thread.
 func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	x := ctx.run
 	if x.star == nil {
-		x.star = newStarThread(x.limits)
-		x.stopCancel = x.star.cancelOn(x.ctx)
+		if err := x.startStarlark(); err != nil {
+			return nil, err
+		}
 	}
 	t := x.star
 	fail := func(err error) ([]byte, error) {
-		if t.outOfGas {
-			return nil, fmt.Errorf("%w: %s: more than %d steps", ErrStepLimit, c.id, x.limits.MaxSteps)
+		if lerr := t.limitError(c.id, x.limits); lerr != nil {
+			return nil, lerr
 		}
 		return nil, contractError(c.id, unwrapEval(err))
 	}
@@ -116,18 +200,41 @@ func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadArgument, err)
 	}
+	if err := t.mem.charge(valueBytes(sargs), "the argument"); err != nil {
+		return fail(err)
+	}
 	prev := t.thread.Local(ctxKey)
 	t.thread.SetLocal(ctxKey, ctx)
-	res, err := starlark.Call(t.thread, c.fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
+	var res starlark.Value
+	err = safely(func() (err error) {
+		res, err = starlark.Call(t.thread, c.fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
+		return err
+	})
 	t.thread.SetLocal(ctxKey, prev)
 	if err != nil {
 		return fail(err)
+	}
+	if limit := int64(x.limits.MaxValueBytes); jsonFloor(res, limit) > limit {
+		return nil, fmt.Errorf("%w: result of %s is more than %d bytes", ErrTooLarge, c.id, limit)
 	}
 	v, err := fromStarlark(res, 0)
 	if err != nil {
 		return nil, fmt.Errorf("result of %s: %w", c.id, err)
 	}
 	return canonicalOf(v, ErrBadValue)
+}
+
+// safely runs f, which runs Starlark, and turns a panic into an error. The
+// interpreter has built-ins that panic on some arguments (set methods
+// called without one, before the guards refused that), and a contract
+// must not be able to take the server down. The thread is not used again.
+func safely(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the interpreter failed: %v", r)
+		}
+	}()
+	return f()
 }
 
 // unwrapEval returns the ledger error a builtin raised inside Starlark, or
@@ -147,12 +254,8 @@ const ctxKey = "kiroku.context"
 
 func contextOf(t *starlark.Thread) *Context { return t.Local(ctxKey).(*Context) }
 
-// predeclared are the names every contract sees besides the Starlark
-// universe. fail replaces the universe's fail so that its message reaches
-// the client as ErrContractFailed.
-var predeclared = starlark.StringDict{
-	"fail": starlark.NewBuiltin("fail", starFail),
-}
+// maxFailText bounds the message of fail().
+const maxFailText = 1024
 
 func starFail(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var msg string
@@ -161,10 +264,12 @@ func starFail(_ *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwar
 	}
 	if s, ok := args[0].(starlark.String); ok {
 		msg = string(s)
-	} else {
+	} else if n, err := reprLen(args[0], maxFailText); err == nil && n <= maxFailText {
 		msg = args[0].String()
+	} else {
+		msg = fmt.Sprintf("<a %s longer than %d bytes as text>", args[0].Type(), maxFailText)
 	}
-	return nil, fmt.Errorf("%w: %s", ErrContractFailed, truncate(msg, 1024))
+	return nil, fmt.Errorf("%w: %s", ErrContractFailed, truncate(msg, maxFailText))
 }
 
 // ledgerValue is the `ledger` argument of invoke. It holds nothing itself:
@@ -196,13 +301,18 @@ func (ledgerValue) Attr(name string) (starlark.Value, error) {
 	return nil, nil
 }
 
-func assetDict(v AssetValue) (starlark.Value, error) {
+// assetDict decodes a version for a contract, charging what the value
+// takes to t's budget.
+func assetDict(t *starThread, v AssetValue) (starlark.Value, error) {
 	decoded, err := decodeJSON(v.Value)
 	if err != nil {
 		return nil, err
 	}
 	val, err := toStarlark(decoded)
 	if err != nil {
+		return nil, err
+	}
+	if err := t.mem.charge(tableBytes+2*entryBytes+valueBytes(val), "a value read"); err != nil {
 		return nil, err
 	}
 	d := starlark.NewDict(2)
@@ -220,7 +330,7 @@ func starGet(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwarg
 	if err != nil || v == nil {
 		return starlark.None, err
 	}
-	return assetDict(*v)
+	return assetDict(starOf(t), *v)
 }
 
 func starPut(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -229,11 +339,18 @@ func starPut(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwarg
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "id", &id, "value", &value); err != nil {
 		return nil, err
 	}
+	c := contextOf(t)
+	if limit := int64(c.run.limits.MaxValueBytes); jsonFloor(value, limit) > limit {
+		return nil, fmt.Errorf("%w: value of %s is more than %d bytes", ErrTooLarge, id, limit)
+	}
 	enc, err := starToJSON(value)
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, contextOf(t).putCanonical(id, enc)
+	if err := starOf(t).mem.charge(jsonBytes(len(enc)), "a value put"); err != nil {
+		return nil, err
+	}
+	return starlark.None, c.putCanonical(id, enc)
 }
 
 func starScan(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -246,9 +363,13 @@ func starScan(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 	if err != nil {
 		return nil, err
 	}
+	st := starOf(t)
+	if err := st.mem.charge(listBytes+slotBytes*int64(len(vs)), "a scan"); err != nil {
+		return nil, err
+	}
 	out := make([]starlark.Value, len(vs))
 	for i, v := range vs {
-		if out[i], err = assetDict(v); err != nil {
+		if out[i], err = assetDict(st, v); err != nil {
 			return nil, err
 		}
 	}
@@ -261,8 +382,19 @@ func starCall(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "contract_id", &id, "args?", &cargs); err != nil {
 		return nil, err
 	}
+	st := starOf(t)
+	// With shared references a small value can stand for an enormous
+	// text: measure it (cheaply, stopping past the room left) first.
+	if room := st.mem.room() / jsonBytes(1); room >= 0 {
+		if n := jsonFloor(cargs, room); n > room {
+			return nil, st.mem.refuse("the argument of a call", jsonBytes(n))
+		}
+	}
 	enc, err := starToJSON(cargs)
 	if err != nil {
+		return nil, err
+	}
+	if err := st.mem.charge(jsonBytes(len(enc)), "the argument of a call"); err != nil {
 		return nil, err
 	}
 	res, err := contextOf(t).Call(id, enc)
@@ -273,8 +405,19 @@ func starCall(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 	if err != nil {
 		return nil, err
 	}
-	return toStarlark(decoded)
+	v, err := toStarlark(decoded)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.mem.charge(valueBytes(v), "the result of a call"); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
+
+// jsonBytes is the charge for converting a value whose canonical JSON is
+// n bytes: the JSON-able Go value, the text and its canonical form.
+func jsonBytes[N int | int64](n N) int64 { return 3 * int64(n) }
 
 func starToJSON(v starlark.Value) ([]byte, error) {
 	g, err := fromStarlark(v, 0)

@@ -171,7 +171,7 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) 
 // returns the value it writes to v.ID, or why the replay diverged.
 func (l *Ledger) reexecute(ctx context.Context, v *Version, written map[string]int64) (out []byte, divergence string, err error) {
 	load := func(id string) (Contract, error) { return l.contract(ctx, id) }
-	r, divergence, err := Replay(ctx, l.lim, load, v.Contract, v.Argument, v.Input, written, storedVersions{l})
+	r, divergence, err := replay(ctx, l.lim, l.gate, load, v.Contract, v.Argument, v.Input, written, storedVersions{l})
 	if err != nil || divergence != "" {
 		return nil, divergence, err
 	}

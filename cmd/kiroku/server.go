@@ -107,5 +107,13 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
 	f.StringVar(&addrFile, "addr-file", "", "once the server accepts connections, write its gRPC address to this file (whole: written aside, then renamed), for --listen with port 0; removed at shutdown")
 	f.StringVar(&cpus, "cpus", "", "run only on these CPUs (a list such as 0 or 0,2-3), with GOMAXPROCS to match")
+	f.IntVar(&o.Limits.MaxMemoryBytes, "max-contract-memory", 0,
+		"bytes one request's Starlark contracts may allocate, counted cumulatively, nested calls included (0: 64 MiB)")
+	f.DurationVar(&o.Limits.MaxExecutionTime, "max-contract-time", 0,
+		"wall-clock time one request's Starlark contracts may run, whatever the client's deadline; also the longest a request waits for room to run (0: 10s)")
+	f.IntVar(&o.Limits.MaxConcurrentExecutions, "max-concurrent-contracts", 0,
+		"requests whose Starlark contracts run at once; more wait (0: 64)")
+	f.IntVar(&o.Limits.MaxTotalMemoryBytes, "max-total-contract-memory", 0,
+		"bytes the memory budgets of the requests whose contracts run at once may add up to; each reserves --max-contract-memory (0: 1 GiB)")
 	return cmd
 }

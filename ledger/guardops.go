@@ -1,0 +1,1130 @@
+package ledger
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// The guards the rewritten contracts call (guard.go), and the guarded
+// versions of the universe's functions. Each estimates in bytes what the
+// operation is about to allocate, charges it to the execution's
+// memAccount and only then runs the interpreter's own operation, so the
+// semantics, and the error messages of everything but a refusal, stay the
+// interpreter's.
+
+const starKey = "kiroku.star"
+
+// starOf returns the ledger's state of a Starlark thread.
+func starOf(t *starlark.Thread) *starThread { return t.Local(starKey).(*starThread) }
+
+type guardFunc func(th *starlark.Thread, st *starThread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+
+// guardBuiltin makes a guard that gives back steps steps: what the call of
+// a guard costs beyond the instruction it replaced (the load of its name,
+// the call, and the arguments the original did not have).
+func guardBuiltin(name string, steps uint64, fn guardFunc) *starlark.Builtin {
+	return starlark.NewBuiltin(name, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+		st := starOf(th)
+		st.refund(steps)
+		v, err := fn(th, st, args, kwargs)
+		if err != nil {
+			return nil, st.mem.note(err)
+		}
+		return v, nil
+	})
+}
+
+// refund takes n steps off the thread's count. Steps not yet counted (the
+// unbound guard's jumps, at the very start of a program) are taken off at
+// the next guard.
+func (st *starThread) refund(n uint64) {
+	n += st.owed
+	th := st.thread
+	if th.Steps >= n {
+		th.Steps -= n
+		st.owed = 0
+		return
+	}
+	st.owed = n - th.Steps
+	th.Steps = 0
+}
+
+// predeclared are the names every contract sees besides the Starlark
+// universe: fail, which replaces the universe's so that its message
+// reaches the client as ErrContractFailed; print, which does nothing (not
+// even format its arguments); the guarded universe functions; and the
+// hidden guards.
+var predeclared = func() starlark.StringDict {
+	d := starlark.StringDict{
+		"fail": starlark.NewBuiltin("fail", starFail),
+		"print": starlark.NewBuiltin("print", func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+			return starlark.None, nil
+		}),
+		"getattr":                 starlark.NewBuiltin("getattr", guardedGetattr),
+		guardPrefix + "none":      starlark.None,
+		guardPrefix + "neg":       guardBuiltin(guardPrefix+"neg", 1, unaryGuard(syntax.MINUS)),
+		guardPrefix + "invert":    guardBuiltin(guardPrefix+"invert", 1, unaryGuard(syntax.TILDE)),
+		guardPrefix + "iadd":      guardBuiltin(guardPrefix+"iadd", 1, augGuard(syntax.PLUS)),
+		guardPrefix + "ipipe":     guardBuiltin(guardPrefix+"ipipe", 1, augGuard(syntax.PIPE)),
+		guardPrefix + "item":      guardBuiltin(guardPrefix+"item", 1, itemGuard),
+		guardPrefix + "aug_index": guardBuiltin(guardPrefix+"aug_index", 1, augIndex),
+		guardPrefix + "slice":     guardBuiltin(guardPrefix+"slice", 1, sliceGuard),
+		guardPrefix + "index":     guardBuiltin(guardPrefix+"index", 1, indexGuard),
+		guardPrefix + "key":       guardBuiltin(guardPrefix+"key", 2, keyGuard),
+		guardPrefix + "star":      guardBuiltin(guardPrefix+"star", 2, starArgsGuard),
+		guardPrefix + "starstar":  guardBuiltin(guardPrefix+"starstar", 2, kwArgsGuard),
+		guardPrefix + "attr":      guardBuiltin(guardPrefix+"attr", 2, attrGuard),
+		guardPrefix + "dict":      guardBuiltin(guardPrefix+"dict", 2, dictGuard),
+		guardPrefix + "unbound": guardBuiltin(guardPrefix+"unbound", 6, func(*starlark.Thread, *starThread, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+			return starlark.False, nil
+		}),
+	}
+	for op, name := range binopGuards {
+		d[name] = guardBuiltin(name, 1, binopGuard(op))
+	}
+	for name, est := range universeGuards {
+		orig := starlark.Universe[name].(*starlark.Builtin)
+		d[name] = starlark.NewBuiltin(name, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			st := starOf(th)
+			n, err := est(st, args, kwargs)
+			if err == nil {
+				err = st.mem.charge(n, name+"()")
+			}
+			if err != nil {
+				return nil, st.mem.note(err)
+			}
+			return orig.CallInternal(th, args, kwargs)
+		})
+	}
+	return d
+}()
+
+// ---- operators ----
+
+func binopGuard(op syntax.Token) guardFunc {
+	what := "the result of " + op.String()
+	return func(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+		x, y := args[0], args[1]
+		n, err := binopBytes(op, x, y, st.mem.room())
+		if err == nil {
+			err = st.mem.charge(n, what)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return starlark.Binary(op, x, y)
+	}
+}
+
+// binopBytes estimates what x op y allocates (starlark.Binary's cases).
+func binopBytes(op syntax.Token, x, y starlark.Value, room int64) (int64, error) {
+	xi, xInt := x.(starlark.Int)
+	yi, yInt := y.(starlark.Int)
+	if xInt && yInt {
+		bx, by := intBits(xi), intBits(yi)
+		switch op {
+		case syntax.PLUS, syntax.MINUS:
+			return intBytes(max(bx, by) + 1)
+		case syntax.STAR:
+			return intBytes(bx + by)
+		case syntax.SLASHSLASH, syntax.GTGT:
+			return intBytes(bx)
+		case syntax.PERCENT:
+			return intBytes(by)
+		case syntax.PIPE, syntax.AMP, syntax.CIRCUMFLEX:
+			return intBytes(max(bx, by))
+		case syntax.LTLT:
+			if s, err := starlark.AsInt32(y); err == nil && s >= 0 && s < 512 {
+				return intBytes(bx + int64(s))
+			}
+		}
+		return 0, nil
+	}
+	switch op {
+	case syntax.PLUS:
+		switch x := x.(type) {
+		case starlark.String:
+			if y, ok := y.(starlark.String); ok {
+				return strBytes + int64(len(x)) + int64(len(y)), nil
+			}
+		case starlark.Bytes:
+			if y, ok := y.(starlark.Bytes); ok {
+				return strBytes + int64(len(x)) + int64(len(y)), nil
+			}
+		case *starlark.List:
+			if y, ok := y.(*starlark.List); ok {
+				return listBytes + slotBytes*int64(x.Len()+y.Len()), nil
+			}
+		case starlark.Tuple:
+			if y, ok := y.(starlark.Tuple); ok {
+				return tupleBytes + slotBytes*int64(len(x)+len(y)), nil
+			}
+		}
+	case syntax.STAR:
+		if xInt {
+			return repeatBytes(y, xi), nil
+		}
+		if yInt {
+			return repeatBytes(x, yi), nil
+		}
+	case syntax.PERCENT:
+		if f, ok := x.(starlark.String); ok {
+			n, err := interpolateLen(string(f), y, room)
+			return strBytes + mulSat(2, n), err
+		}
+	case syntax.MINUS:
+		if x, ok := x.(*starlark.Set); ok {
+			return tableBytes + entryBytes*int64(x.Len()), nil
+		}
+	case syntax.PIPE:
+		switch x := x.(type) {
+		case *starlark.Dict:
+			if y, ok := y.(*starlark.Dict); ok {
+				return tableBytes + entryBytes*int64(x.Len()+y.Len()), nil
+			}
+		case *starlark.Set:
+			if y, ok := y.(*starlark.Set); ok {
+				return tableBytes + entryBytes*int64(x.Len()+y.Len()), nil
+			}
+		}
+	case syntax.AMP, syntax.CIRCUMFLEX:
+		if x, ok := x.(*starlark.Set); ok {
+			if y, ok := y.(*starlark.Set); ok {
+				if op == syntax.AMP {
+					return tableBytes + entryBytes*int64(min(x.Len(), y.Len())), nil
+				}
+				return tableBytes + entryBytes*int64(x.Len()+y.Len()), nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// repeatBytes estimates seq * n.
+func repeatBytes(seq starlark.Value, n starlark.Int) int64 {
+	var each, base int64
+	var length int
+	switch s := seq.(type) {
+	case starlark.String:
+		each, base, length = 1, strBytes, len(s)
+	case starlark.Bytes:
+		each, base, length = 1, strBytes, len(s)
+	case *starlark.List:
+		each, base, length = slotBytes, listBytes, s.Len()
+	case starlark.Tuple:
+		each, base, length = slotBytes, tupleBytes, len(s)
+	default:
+		return 0
+	}
+	if length == 0 || n.Sign() <= 0 {
+		return 0
+	}
+	times, ok := n.Int64()
+	if !ok {
+		return 1<<63 - 1
+	}
+	return addSat(base, mulSat(each*int64(length), times))
+}
+
+func unaryGuard(op syntax.Token) guardFunc {
+	what := "the result of unary " + op.String()
+	return func(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+		if x, ok := args[0].(starlark.Int); ok {
+			n, err := intBytes(intBits(x) + 1)
+			if err == nil {
+				err = st.mem.charge(n, what)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		return starlark.Unary(op, args[0])
+	}
+}
+
+// augGuard is v += y and v |= y, which extend a list and update a dict in
+// place (the interpreter's INPLACE_ADD and INPLACE_PIPE), and are x + y
+// and x | y otherwise.
+func augGuard(op syntax.Token) guardFunc {
+	return func(th *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+		return inplace(th, st, op, args[0], args[1])
+	}
+}
+
+func inplace(th *starlark.Thread, st *starThread, op syntax.Token, x, y starlark.Value) (starlark.Value, error) {
+	switch x := x.(type) {
+	case *starlark.List:
+		if _, ok := y.(starlark.Iterable); ok && op == syntax.PLUS {
+			// Extending a list copies it when it grows: twice the slots
+			// added, amortised.
+			if err := st.mem.charge(2*slotBytes*max(0, lengthOf(y)), "+= on a list"); err != nil {
+				return nil, err
+			}
+			ext, _ := x.Attr("extend")
+			if _, err := ext.(*starlark.Builtin).CallInternal(th, starlark.Tuple{y}, nil); err != nil {
+				// Only the list's own state fails extend (y is
+				// iterable): say it as += does.
+				if strings.HasSuffix(err.Error(), "during iteration") {
+					return nil, fmt.Errorf("cannot apply += to list during iteration")
+				}
+				return nil, fmt.Errorf("cannot apply += to frozen list")
+			}
+			return x, nil
+		}
+	case *starlark.Dict:
+		if y, ok := y.(*starlark.Dict); ok && op == syntax.PIPE {
+			// A delete of a key no dict holds fails, changing nothing,
+			// exactly when |= must: x frozen or iterated.
+			if _, _, err := x.Delete(absentKey{}); err != nil {
+				return nil, fmt.Errorf("%s", strings.Replace(err.Error(), "delete from", "apply |= to", 1))
+			}
+			if err := st.mem.charge((entryBytes+pairBytes)*int64(y.Len()), "|= on a dict"); err != nil {
+				return nil, err
+			}
+			for _, kv := range y.Items() { // a copy: x may be y
+				if err := x.SetKey(kv[0], kv[1]); err != nil {
+					return nil, err
+				}
+			}
+			return x, nil
+		}
+	}
+	return binopGuard(op)(th, st, starlark.Tuple{x, y}, nil)
+}
+
+// itemGuard reads a[i] for a[i] op= y, and hands (a, i, a[i]) to
+// augIndex.
+func itemGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	cur, err := getIndex(st, args[0], args[1])
+	if err != nil {
+		return nil, err
+	}
+	return starlark.Tuple{args[0], args[1], cur}, nil
+}
+
+// absentKey is a hashable value no contract can make, so no dict holds it.
+type absentKey struct{}
+
+func (absentKey) String() string        { return "<absent>" }
+func (absentKey) Type() string          { return "absent" }
+func (absentKey) Freeze()               {}
+func (absentKey) Truth() starlark.Bool  { return starlark.False }
+func (absentKey) Hash() (uint32, error) { return 1, nil }
+
+// augIndex is the rest of a[i] op= y: the operation (in place for += on a
+// list and |= on a dict), and a[i] stored.
+func augIndex(th *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	item, opName, y := args[0].(starlark.Tuple), string(args[1].(starlark.String)), args[2]
+	a, i, cur := item[0], item[1], item[2]
+	op := augOps[opName]
+	var err error
+	var z starlark.Value
+	switch op {
+	case syntax.PLUS, syntax.PIPE:
+		z, err = inplace(th, st, op, cur, y)
+	case syntax.SLASH:
+		z, err = starlark.Binary(op, cur, y)
+	default:
+		z, err = binopGuard(op)(th, st, starlark.Tuple{cur, y}, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, setIndex(a, i, z)
+}
+
+var augOps = func() map[string]syntax.Token {
+	m := map[string]syntax.Token{syntax.SLASH.String(): syntax.SLASH}
+	for op := range binopGuards {
+		m[op.String()] = op
+	}
+	return m
+}()
+
+// dictGuard charges for a dict a literal or comprehension made.
+func dictGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	d := args[0].(*starlark.Dict)
+	if err := st.mem.charge(tableBytes+entryBytes*int64(d.Len()), "a dict"); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// ---- indexing and slicing ----
+
+// maxKeyText bounds the text of a key an error message prints.
+const maxKeyText = 1 << 10
+
+func indexGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	return getIndex(st, args[0], args[1])
+}
+
+// getIndex is the interpreter's x[y], except that a missing key's message
+// prints at most maxKeyText bytes of it.
+func getIndex(st *starThread, x, y starlark.Value) (starlark.Value, error) {
+	switch x := x.(type) {
+	case starlark.Mapping:
+		z, found, err := x.Get(y)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fmt.Errorf("key %s not in %s", keyText(y), x.Type())
+		}
+		return z, nil
+	case starlark.Indexable:
+		n := x.Len()
+		i, err := starlark.AsInt32(y)
+		if err != nil {
+			return nil, fmt.Errorf("%s index: %s", x.Type(), err)
+		}
+		orig := i
+		if i < 0 {
+			i += n
+		}
+		if i < 0 || i >= n {
+			return nil, outOfRange(orig, n, x)
+		}
+		return x.Index(i), nil
+	}
+	return nil, fmt.Errorf("unhandled index operation %s[%s]", x.Type(), y.Type())
+}
+
+// setIndex is the interpreter's x[y] = z.
+func setIndex(x, y, z starlark.Value) error {
+	switch x := x.(type) {
+	case starlark.HasSetKey:
+		return x.SetKey(y, z)
+	case starlark.HasSetIndex:
+		n := x.Len()
+		i, err := starlark.AsInt32(y)
+		if err != nil {
+			return err
+		}
+		orig := i
+		if i < 0 {
+			i += n
+		}
+		if i < 0 || i >= n {
+			return outOfRange(orig, n, x)
+		}
+		return x.SetIndex(i, z)
+	}
+	return fmt.Errorf("%s value does not support item assignment", x.Type())
+}
+
+func outOfRange(i, n int, x starlark.Value) error {
+	if n == 0 {
+		return fmt.Errorf("index %d out of range: empty %s", i, x.Type())
+	}
+	return fmt.Errorf("%s index %d out of range [%d:%d]", x.Type(), i, -n, n-1)
+}
+
+// keyText is y as the interpreter prints it, if that is short.
+func keyText(y starlark.Value) string {
+	if n, err := reprLen(y, maxKeyText); err == nil && n <= maxKeyText {
+		return y.String()
+	}
+	return fmt.Sprintf("(a %s longer than %d bytes as text)", y.Type(), maxKeyText)
+}
+
+// keyGuard passes a dict literal's key through, having checked that the
+// message of a duplicate key, which prints it, fits in the budget.
+func keyGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	k := args[0]
+	if _, ok := k.(starlark.String); ok && 4*int64(len(k.(starlark.String))) < st.mem.room() {
+		return k, nil // the common case, without measuring
+	}
+	n, err := reprLen(k, st.mem.room())
+	if err != nil {
+		return nil, err
+	}
+	if n > st.mem.room() {
+		return nil, st.mem.refuse("a dict key's text", n)
+	}
+	return k, nil
+}
+
+// sliceGuard is the interpreter's x[lo:hi:step].
+func sliceGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	x, lo, hi, stepV := args[0], args[1], args[2], args[3]
+	s, ok := x.(starlark.Sliceable)
+	if !ok {
+		return nil, fmt.Errorf("invalid slice operand %s", x.Type())
+	}
+	n := s.Len()
+	step := 1
+	if stepV != starlark.None {
+		var err error
+		if step, err = starlark.AsInt32(stepV); err != nil {
+			return nil, fmt.Errorf("invalid slice step: %s", err)
+		}
+		if step == 0 {
+			return nil, fmt.Errorf("zero is not a valid slice step")
+		}
+	}
+	var start, end int
+	if step > 0 {
+		start, end = 0, n
+		if err := asIndex(lo, n, &start); err != nil {
+			return nil, fmt.Errorf("invalid start index: %s", err)
+		}
+		start = min(max(start, 0), n)
+		if err := asIndex(hi, n, &end); err != nil {
+			return nil, fmt.Errorf("invalid end index: %s", err)
+		}
+		end = min(max(end, 0), n)
+		end = max(end, start)
+	} else {
+		start, end = n-1, -1
+		if err := asIndex(lo, n, &start); err != nil {
+			return nil, fmt.Errorf("invalid start index: %s", err)
+		}
+		start = min(start, n-1)
+		if err := asIndex(hi, n, &end); err != nil {
+			return nil, fmt.Errorf("invalid end index: %s", err)
+		}
+		end = max(end, -1)
+		start = max(start, end)
+	}
+	var count int64
+	if step > 0 {
+		count = int64((end - start + step - 1) / step)
+	} else {
+		count = int64((start - end - step - 1) / -step)
+	}
+	var bytes int64
+	switch x.(type) {
+	case starlark.String, starlark.Bytes:
+		if step != 1 {
+			bytes = strBytes + 2*count // appended a byte at a time
+		}
+	case *starlark.List:
+		bytes = listBytes + slotBytes*count
+		if step != 1 {
+			bytes += slotBytes * count
+		}
+	case starlark.Tuple:
+		if step != 1 {
+			bytes = tupleBytes + 2*slotBytes*count
+		}
+	}
+	if err := st.mem.charge(bytes, "a slice"); err != nil {
+		return nil, err
+	}
+	return s.Slice(start, end, step), nil
+}
+
+// asIndex is the interpreter's: v, if not None, as an index, counted from
+// the end if negative.
+func asIndex(v starlark.Value, n int, result *int) error {
+	if v == starlark.None {
+		return nil
+	}
+	i, err := starlark.AsInt32(v)
+	if err != nil {
+		return err
+	}
+	if i < 0 {
+		i += n
+	}
+	*result = i
+	return nil
+}
+
+// ---- calls ----
+
+// starArgsGuard charges for the copies of f(*xs): the positional
+// arguments, and a Starlark callee's *args tuple.
+func starArgsGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	if err := st.mem.charge(3*slotBytes*max(0, lengthOf(args[0])), "*args"); err != nil {
+		return nil, err
+	}
+	return args[0], nil
+}
+
+// kwArgsGuard charges for the copies of f(**kw): its items, and a
+// Starlark callee's **kwargs dict.
+func kwArgsGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	if m, ok := args[0].(starlark.IterableMapping); ok {
+		if err := st.mem.charge((pairBytes+slotBytes+entryBytes)*int64(max(0, starlark.Len(m))), "**kwargs"); err != nil {
+			return nil, err
+		}
+	}
+	return args[0], nil
+}
+
+// ---- methods ----
+
+// methodEstimate estimates what calling method name of recv with args
+// allocates; 0 for a receiver whose method of that name does not.
+type methodEstimate func(st *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error)
+
+// guardedMethods are the methods of the built-in types whose result can
+// grow by more than a constant per call. The others (append, get, pop,
+// find, strip, partition, elems, ...) allocate a constant or return parts
+// of their receiver.
+var guardedMethods = map[string]methodEstimate{
+	"capitalize":           caseBytes,
+	"lower":                caseBytes,
+	"upper":                caseBytes,
+	"title":                caseBytes,
+	"format":               formatBytes,
+	"join":                 joinBytes,
+	"replace":              replaceBytes,
+	"split":                splitBytes,
+	"rsplit":               splitBytes,
+	"splitlines":           splitlinesBytes,
+	"extend":               extendBytes,
+	"items":                dictViewBytes,
+	"keys":                 dictViewBytes,
+	"values":               dictViewBytes,
+	"update":               updateBytes,
+	"union":                setOpBytes,
+	"intersection":         setOpBytes,
+	"difference":           setOpBytes,
+	"symmetric_difference": setOpBytes,
+	"issubset":             setOpBytes,
+	"issuperset":           setOpBytes,
+}
+
+// callMethod calls method name of recv, having charged its estimate.
+func callMethod(th *starlark.Thread, st *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	m, err := method(recv, name)
+	if err != nil {
+		return nil, err
+	}
+	n, err := guardedMethods[name](st, recv, name, args, kwargs)
+	if err == nil {
+		err = st.mem.charge(n, "."+name+"()")
+	}
+	if err != nil {
+		return nil, st.mem.note(err)
+	}
+	return m.CallInternal(th, args, kwargs)
+}
+
+func method(recv starlark.Value, name string) (starlark.Callable, error) {
+	if ha, ok := recv.(starlark.HasAttrs); ok {
+		m, err := ha.Attr(name)
+		if err != nil {
+			return nil, err
+		}
+		if c, ok := m.(starlark.Callable); ok {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no .%s field or method", recv.Type(), name)
+}
+
+// boundGuards are the guarded methods as values (x.join without the call),
+// bound to their receiver with BindReceiver.
+var boundGuards = func() map[string]*starlark.Builtin {
+	m := map[string]*starlark.Builtin{}
+	for name := range guardedMethods {
+		m[name] = starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			return callMethod(th, starOf(th), b.Receiver(), name, args, kwargs)
+		})
+	}
+	return m
+}()
+
+// attrGuard is x.name for a guarded method name: the method, guarded.
+func attrGuard(_ *starlark.Thread, _ *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	x, name := args[0], string(args[1].(starlark.String))
+	if _, err := method(x, name); err != nil {
+		return nil, err
+	}
+	return boundGuards[name].BindReceiver(x), nil
+}
+
+func guardedGetattr(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) >= 2 && len(kwargs) == 0 {
+		if name, ok := args[1].(starlark.String); ok {
+			if _, guarded := guardedMethods[string(name)]; guarded {
+				if _, err := method(args[0], string(name)); err == nil {
+					return boundGuards[string(name)].BindReceiver(args[0]), nil
+				}
+			}
+		}
+	}
+	return starlark.Universe["getattr"].(*starlark.Builtin).CallInternal(th, args, kwargs)
+}
+
+func caseBytes(_ *starThread, recv starlark.Value, _ string, _ starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+	s, ok := recv.(starlark.String)
+	if !ok {
+		return 0, nil
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			// A rune can change length with its case, and an invalid
+			// byte becomes U+FFFD: three bytes at most for one.
+			return strBytes + 3*int64(len(s)), nil
+		}
+	}
+	return strBytes + int64(len(s)), nil
+}
+
+func formatBytes(st *starThread, recv starlark.Value, _ string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+	s, ok := recv.(starlark.String)
+	if !ok {
+		return 0, nil
+	}
+	n, err := formatLen(string(s), args, kwargs, st.mem.room())
+	return strBytes + mulSat(2, n), err
+}
+
+func joinBytes(_ *starThread, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+	sep, ok := recv.(starlark.String)
+	if !ok || len(args) != 1 {
+		return 0, nil
+	}
+	it, ok := args[0].(starlark.Iterable)
+	if !ok {
+		return 0, nil
+	}
+	var n, count int64
+	iter := it.Iterate()
+	defer iter.Done()
+	var x starlark.Value
+	for iter.Next(&x) {
+		if s, ok := x.(starlark.String); ok {
+			n = addSat(n, int64(len(s)))
+		}
+		count++
+	}
+	if count > 1 {
+		n = addSat(n, mulSat(int64(len(sep)), count-1))
+	}
+	return strBytes + mulSat(2, n), nil // a builder that grows by doubling
+}
+
+func replaceBytes(_ *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+	s, ok := recv.(starlark.String)
+	if !ok {
+		return 0, nil
+	}
+	var old, new string
+	count := -1
+	if err := starlark.UnpackPositionalArgs(name, args, kwargs, 2, &old, &new, &count); err != nil {
+		return 0, nil // the method reports it
+	}
+	var occ int
+	if old == "" {
+		occ = utf8.RuneCountInString(string(s)) + 1
+	} else {
+		occ = strings.Count(string(s), old)
+	}
+	if count >= 0 {
+		occ = min(occ, count)
+	}
+	if occ == 0 {
+		return 0, nil
+	}
+	return addSat(strBytes+int64(len(s)), mulSat(int64(occ), int64(max(0, len(new)-len(old))))), nil
+}
+
+// Each piece of a split: its string in the Go result, its slot in the
+// list and its boxed header.
+const pieceBytes = 3 * slotBytes
+
+func splitBytes(_ *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+	s, ok := recv.(starlark.String)
+	if !ok {
+		return 0, nil
+	}
+	var sepV starlark.Value
+	maxsplit := -1
+	if err := starlark.UnpackPositionalArgs(name, args, kwargs, 0, &sepV, &maxsplit); err != nil {
+		return 0, nil
+	}
+	var pieces, extra int64
+	if sep, ok := sepV.(starlark.String); ok && sep != "" {
+		pieces = int64(strings.Count(string(s), string(sep))) + 1
+		if maxsplit >= 0 {
+			if name == "split" {
+				pieces = min(pieces, int64(maxsplit)+1)
+			} else {
+				extra = int64(len(s)) // rsplit splits all, then joins the excess
+			}
+		}
+	} else {
+		pieces = fieldCount(string(s))
+	}
+	return listBytes + pieceBytes*pieces + extra, nil
+}
+
+// fieldCount is len(strings.Fields(s)).
+func fieldCount(s string) int64 {
+	var n int64
+	inField := false
+	for _, r := range s {
+		space := unicode.IsSpace(r)
+		if !space && !inField {
+			n++
+		}
+		inField = !space
+	}
+	return n
+}
+
+func splitlinesBytes(_ *starThread, recv starlark.Value, _ string, _ starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+	s, ok := recv.(starlark.String)
+	if !ok || s == "" {
+		return 0, nil
+	}
+	return listBytes + pieceBytes*(int64(strings.Count(string(s), "\n"))+1), nil
+}
+
+func extendBytes(_ *starThread, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+	if _, ok := recv.(*starlark.List); !ok || len(args) != 1 {
+		return 0, nil
+	}
+	return 2 * slotBytes * max(0, lengthOf(args[0])), nil
+}
+
+func dictViewBytes(_ *starThread, recv starlark.Value, name string, _ starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+	d, ok := recv.(*starlark.Dict)
+	if !ok {
+		return 0, nil
+	}
+	each := int64(slotBytes)
+	if name == "items" {
+		each += pairBytes
+	}
+	return listBytes + each*int64(d.Len()), nil
+}
+
+func updateBytes(_ *starThread, recv starlark.Value, _ string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+	var n int64
+	switch recv.(type) {
+	case *starlark.Dict:
+		for _, a := range args {
+			// A mapping's items are copied; pairs from an iterable each
+			// leave a deferred call until the update ends.
+			n = addSat(n, mulSat(2*entryBytes+pairBytes, max(0, lengthOf(a))))
+		}
+		n = addSat(n, entryBytes*int64(len(kwargs)))
+	case *starlark.Set:
+		for _, a := range args {
+			n = addSat(n, mulSat(entryBytes, max(0, lengthOf(a))))
+		}
+	}
+	return n, nil
+}
+
+func setOpBytes(_ *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+	s, ok := recv.(*starlark.Set)
+	if !ok {
+		return 0, nil
+	}
+	if name != "union" && len(args)+len(kwargs) == 0 {
+		// The interpreter takes the argument for optional and
+		// dereferences it: without one, it panics.
+		return 0, fmt.Errorf("%s: got 0 arguments, want 1", name)
+	}
+	own := int64(s.Len())
+	var others int64
+	for _, a := range args {
+		others = addSat(others, max(0, lengthOf(a)))
+	}
+	switch name {
+	case "union", "symmetric_difference":
+		return addSat(tableBytes, mulSat(entryBytes, addSat(own, others))), nil
+	case "issubset":
+		return tableBytes + 8*own, nil // a bitset per bucket
+	case "issuperset":
+		return 0, nil
+	}
+	return tableBytes + entryBytes*own, nil // intersection, difference: at most s
+}
+
+// ---- the universe ----
+
+// universeEstimate estimates what a universe function allocates.
+type universeEstimate func(st *starThread, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error)
+
+// universeGuards are the universe's functions whose result grows with
+// their arguments; predeclared shadows each with a guarded one of the same
+// name. (getattr and print are replaced outright, fail by the ledger's.)
+var universeGuards = map[string]universeEstimate{
+	"list":      seqOf(listBytes, slotBytes),
+	"reversed":  seqOf(listBytes, slotBytes),
+	"sorted":    seqOf(listBytes, 2*slotBytes), // the list and, with key=, the keys
+	"set":       seqOf(tableBytes, entryBytes),
+	"enumerate": seqOf(listBytes, slotBytes+pairBytes),
+	"tuple": func(st *starThread, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+		if len(args) == 1 {
+			if _, ok := args[0].(starlark.Tuple); ok {
+				return 0, nil
+			}
+		}
+		return seqOf(tupleBytes, slotBytes)(st, args, kwargs)
+	},
+	"dict": func(st *starThread, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+		n, _ := updateBytes(st, &starlark.Dict{}, "dict", args, kwargs)
+		return tableBytes + n, nil
+	},
+	"zip": func(_ *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) == 0 {
+			return 0, nil
+		}
+		rows := int64(-1)
+		for _, a := range args {
+			if n := lengthOf(a); n >= 0 && (rows < 0 || n < rows) {
+				rows = n
+			}
+		}
+		return addSat(listBytes, mulSat(max(0, rows), slotBytes+tupleBytes+slotBytes*int64(len(args)))), nil
+	},
+	"str": func(st *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) != 1 {
+			return 0, nil
+		}
+		switch x := args[0].(type) {
+		case starlark.String:
+			return 0, nil
+		case starlark.Bytes:
+			if utf8.ValidString(string(x)) {
+				return 0, nil
+			}
+			return strBytes + 3*int64(len(x)), nil
+		}
+		return textBytes(st, args[0])
+	},
+	"repr": func(st *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) != 1 {
+			return 0, nil
+		}
+		return textBytes(st, args[0])
+	},
+	"bytes": func(_ *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) != 1 {
+			return 0, nil
+		}
+		switch x := args[0].(type) {
+		case starlark.Bytes:
+			return 0, nil
+		case starlark.String:
+			if utf8.ValidString(string(x)) {
+				return 0, nil
+			}
+			return strBytes + 3*int64(len(x)), nil
+		}
+		return strBytes + 2*max(0, lengthOf(args[0])), nil
+	},
+	"int": func(_ *starThread, args starlark.Tuple, kwargs []starlark.Tuple) (int64, error) {
+		if len(args) >= 1 {
+			if s, ok := args[0].(starlark.String); ok && len(s) > 18 {
+				// Bits a digit: 4 up to base 16 (and for base 0, which
+				// reads 0x, 0o and 0b prefixes), 6 up to base 36.
+				digit := int64(6)
+				if base := 10; len(args) < 2 && len(kwargs) == 0 ||
+					len(args) == 2 && starlark.AsInt(args[1], &base) == nil && base <= 16 {
+					digit = 4
+				}
+				return intBytes(digit * int64(len(s)))
+			}
+		}
+		return 0, nil
+	},
+	"abs": func(_ *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) == 1 {
+			if x, ok := args[0].(starlark.Int); ok {
+				return intBytes(intBits(x))
+			}
+		}
+		return 0, nil
+	},
+}
+
+// seqOf estimates a function building a collection of base bytes and each
+// bytes per element of its first argument.
+func seqOf(base, each int64) universeEstimate {
+	return func(_ *starThread, args starlark.Tuple, _ []starlark.Tuple) (int64, error) {
+		if len(args) == 0 {
+			return base, nil
+		}
+		return addSat(base, mulSat(each, max(0, lengthOf(args[0])))), nil
+	}
+}
+
+// textBytes estimates x's text (repr), built in a doubling builder.
+func textBytes(st *starThread, x starlark.Value) (int64, error) {
+	n, err := reprLen(x, st.mem.room()/2+1)
+	return strBytes + mulSat(2, n), err
+}
+
+// ---- formatting ----
+
+// interpolateLen bounds the length of format % x, mirroring the
+// interpreter's interpolate; where that would fail it stops counting.
+func interpolateLen(format string, x starlark.Value, limit int64) (int64, error) {
+	var n int64
+	index := 0
+	tuple, isTuple := x.(starlark.Tuple)
+	for n <= limit {
+		i := strings.IndexByte(format, '%')
+		if i < 0 {
+			return addSat(n, int64(len(format))), nil
+		}
+		n += int64(i)
+		format = format[i+1:]
+		if format != "" && format[0] == '%' {
+			n++
+			format = format[1:]
+			continue
+		}
+		var arg starlark.Value
+		if format != "" && format[0] == '(' {
+			j := strings.IndexByte(format, ')')
+			m, ok := x.(starlark.Mapping)
+			if j < 0 || !ok {
+				return n, nil
+			}
+			v, found, _ := m.Get(starlark.String(format[1:j]))
+			if !found {
+				return n, nil
+			}
+			arg = v
+			format = format[j+1:]
+		} else {
+			switch {
+			case isTuple && index < len(tuple):
+				arg = tuple[index]
+			case !isTuple && index == 0:
+				arg = x
+			default:
+				return n, nil
+			}
+		}
+		if format == "" {
+			return n, nil
+		}
+		var k int64
+		var err error
+		switch format[0] {
+		case 's':
+			k, err = sText(arg, limit-n)
+		case 'r':
+			k, err = reprLen(arg, limit-n)
+		case 'd', 'i', 'o', 'x', 'X':
+			if v, ok := arg.(starlark.Int); ok {
+				k = intBits(v)/3 + 2 // octal is the longest
+			} else {
+				k = 400 // a float's integer part: 1024 bits at most
+			}
+		case 'e', 'f', 'g', 'E', 'F', 'G':
+			k = 330 // %f of the largest double
+		case 'c':
+			k = utf8.UTFMax
+		default:
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n = addSat(n, k)
+		format = format[1:]
+		index++
+	}
+	return n, nil
+}
+
+// sText is the length of what %s and {} write: a string as it is, anything
+// else as its repr.
+func sText(x starlark.Value, limit int64) (int64, error) {
+	if s, ok := x.(starlark.String); ok {
+		return int64(len(s)), nil
+	}
+	return reprLen(x, limit)
+}
+
+// formatLen bounds the length of format.format(*args, **kwargs), mirroring
+// the interpreter's string·format; where that would fail it stops.
+func formatLen(format string, args starlark.Tuple, kwargs []starlark.Tuple, limit int64) (int64, error) {
+	n := int64(0)
+	index := 0
+	for n <= limit {
+		i := strings.IndexByte(format, '{')
+		if i < 0 {
+			return addSat(n, int64(len(format))), nil
+		}
+		n += int64(i)
+		if i+1 < len(format) && format[i+1] == '{' {
+			n++
+			format = format[i+2:]
+			continue
+		}
+		format = format[i+1:]
+		j := strings.IndexByte(format, '}')
+		if j < 0 {
+			return n, nil
+		}
+		field := format[:j]
+		format = format[j+1:]
+		name, conv := field, "s"
+		if k := strings.IndexByte(field, '!'); k >= 0 {
+			name, conv = field[:k], field[k+1:]
+		}
+		if k := strings.IndexByte(name, ':'); k >= 0 {
+			name = name[:k]
+		}
+		var arg starlark.Value
+		if name == "" {
+			if index >= len(args) {
+				return n, nil
+			}
+			arg = args[index]
+			index++
+		} else if num, ok := decimal(name); ok {
+			if num >= len(args) {
+				return n, nil
+			}
+			arg = args[num]
+		} else {
+			for _, kv := range kwargs {
+				if string(kv[0].(starlark.String)) == name {
+					arg = kv[1]
+					break
+				}
+			}
+			if arg == nil {
+				return n, nil
+			}
+		}
+		var k int64
+		var err error
+		if conv == "r" {
+			k, err = reprLen(arg, limit-n)
+		} else {
+			k, err = sText(arg, limit-n)
+		}
+		if err != nil {
+			return n, err
+		}
+		n = addSat(n, k)
+	}
+	return n, nil
+}
+
+func decimal(s string) (int, bool) {
+	x := 0
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		x = x*10 + int(d)
+		if x < 0 {
+			return 0, false
+		}
+	}
+	return x, true
+}
