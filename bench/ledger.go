@@ -8,6 +8,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,21 +120,27 @@ type LedgerLoad struct {
 	Skipped bool    `json:"skipped"` // already loaded
 }
 
-func assetID(i int) string { return fmt.Sprintf("y%d", i) }
+// assetID is the id of asset i of records: "y" and i, zero-padded to the
+// digits of records−1, so that ids sort as their numbers do.
+func assetID(i, records int) string { return fmt.Sprintf("y%0*d", idWidth(records), i) }
 
-// LoadLedger creates assets y0 … y(records−1) with the built-in bulk
-// loader, unless the last one exists already. progress, if not nil, gets a
+func idWidth(records int) int { return len(strconv.Itoa(records - 1)) }
+
+// LoadLedger creates assets y0 … y(records−1) (numbers zero-padded, see
+// assetID) with the built-in bulk loader, unless the last one exists
+// already. progress, if not nil, gets a
 // progress bar.
 func LoadLedger(ctx context.Context, c *client.Client, exec Executor, cfg LedgerConfig, progress io.Writer) (LedgerLoad, error) {
 	if err := cfg.validate(); err != nil {
 		return LedgerLoad{}, err
 	}
-	if h, err := c.History(ctx, assetID(cfg.Records-1), ledger.ScanRange{End: -1, Limit: 1}); err == nil && len(h) > 0 {
+	if h, err := c.History(ctx, assetID(cfg.Records-1, cfg.Records), ledger.ScanRange{End: -1, Limit: 1}); err == nil && len(h) > 0 {
 		return LedgerLoad{Records: cfg.Records, Skipped: true}, nil
 	}
 	start := time.Now()
 	payload := randomPayload(mrand.New(mrand.NewPCG(cfg.Seed, 1)), cfg.Payload)
-	var next, done atomic.Int64
+	var done atomic.Int64
+	var failed atomic.Bool
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
@@ -155,23 +162,27 @@ func LoadLedger(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 			}
 		}
 	}()
-	for range cfg.Loaders {
+	// Each loader fills a region of ids of its own, in order, so that
+	// concurrent bulk transactions create assets far apart in id order. On
+	// PostgreSQL, reading an absent row takes a serializable predicate lock
+	// on the index page where it would be: loaders that took consecutive
+	// batches created neighbouring ids, and each batch conflicted with the
+	// next one's, until retries ran out.
+	per := (cfg.Records + cfg.Loaders - 1) / cfg.Loaders
+	for l := range cfg.Loaders {
+		lo, hi := l*per, min((l+1)*per, cfg.Records)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				first := next.Add(int64(cfg.LoadBatch)) - int64(cfg.LoadBatch)
-				if first >= int64(cfg.Records) {
-					return
-				}
-				n := min(int64(cfg.LoadBatch), int64(cfg.Records)-first)
-				arg := fmt.Sprintf(`{"prefix":"y","first":%d,"count":%d,"payload":%q}`, first, n, payload)
+			for first := lo; first < hi && !failed.Load(); first += cfg.LoadBatch {
+				n := min(cfg.LoadBatch, hi-first)
+				arg := fmt.Sprintf(`{"prefix":"y","first":%d,"count":%d,"payload":%q,"width":%d}`, first, n, payload, idWidth(cfg.Records))
 				if _, err := exec.Execute(ctx, "builtin.bulk_load", []byte(arg)); err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("bench: bulk load at %d: %w", first, err) })
-					next.Store(int64(cfg.Records))
+					failed.Store(true)
 					return
 				}
-				done.Add(n)
+				done.Add(int64(n))
 			}
 		}()
 	}
@@ -337,10 +348,10 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 					arg = fmt.Sprintf("floor-%d", r.IntN(cfg.Records))
 				case cfg.Workload == "ycsb-c":
 					contract = "builtin.ycsb_c"
-					arg = fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records)), assetID(r.IntN(cfg.Records)))
+					arg = fmt.Sprintf(`{"ids":[%q,%q]}`, assetID(r.IntN(cfg.Records), cfg.Records), assetID(r.IntN(cfg.Records), cfg.Records))
 				default:
 					contract = "builtin.ycsb_f"
-					arg = fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records)), randomPayload(r, cfg.Payload))
+					arg = fmt.Sprintf(`{"id":%q,"payload":%q}`, assetID(r.IntN(cfg.Records), cfg.Records), randomPayload(r, cfg.Payload))
 				}
 				began := time.Now() // the request is built: time the call alone
 				if floor {

@@ -246,7 +246,9 @@ func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, er
 // server's cap when r.Limit is 0. The server keeps each reply within a
 // byte budget and says when the budget cut one short; History then asks
 // again from after the last version it got, until it has the limit or
-// the range's end.
+// the range's end. An asset with no version at all is ledger.ErrNotFound
+// (NOT_FOUND, as for Proof); a range of an existing asset that holds no
+// version is an empty list.
 func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]*ledger.Version, error) {
 	var out []*ledger.Version
 	limit := r.Limit

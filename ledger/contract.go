@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits bound what one execution may do, and what a ledger's executions
@@ -360,9 +361,25 @@ func checkAssetID(id string) error { return checkID("asset id", id) }
 // truncate shortens s to at most n bytes (and an ellipsis) for a message.
 func truncate(s string, n int) string {
 	if len(s) > n {
+		// On a character's first byte, so the text stays valid UTF-8.
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// storableText is s as a TEXT column holds it on every backend: valid
+// UTF-8 (an invalid byte becomes U+FFFD), no NUL (PostgreSQL refuses it;
+// it becomes U+FFFD too), at most n bytes (see truncate). A contract's
+// failure message, which a contract writes as it likes, is recorded so.
+func storableText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return truncate(s, n)
 }
 
 // BuiltinPrefix starts the id of every contract compiled into the binary;
@@ -378,7 +395,9 @@ var Builtins = map[string]Contract{
 	// {"id": a, "payload": p} → {"age": new age}.
 	BuiltinPrefix + "ycsb_f": ContractFunc(ycsbF),
 	// builtin.bulk_load creates assets: {"prefix": p, "first": i,
-	// "count": n, "payload": s} puts {"payload": s} under p+i … p+(i+n−1).
+	// "count": n, "payload": s} puts {"payload": s} under p+i … p+(i+n−1),
+	// each number zero-padded to "width" digits if given (so that ids sort
+	// as their numbers do).
 	BuiltinPrefix + "bulk_load": ContractFunc(bulkLoad),
 }
 
@@ -585,12 +604,13 @@ func bulkLoad(c *Context, args []byte) ([]byte, error) {
 		First   int64  `json:"first"`
 		Count   int64  `json:"count"`
 		Payload string `json:"payload"`
+		Width   int    `json:"width"`
 	}
-	const want = `want {"prefix", "first" ≥ 0, "count" > 0, "payload"}`
-	if err := builtinArgs(args, &a, nil, "prefix", "first", "count", "payload"); err != nil {
+	const want = `want {"prefix", "first" ≥ 0, "count" > 0, "payload", optional "width" 0–20}`
+	if err := builtinArgs(args, &a, nil, "prefix", "first", "count", "payload", "width"); err != nil {
 		return nil, fmt.Errorf("%w; %s", err, want)
 	}
-	if a.Count <= 0 || a.First < 0 {
+	if a.Count <= 0 || a.First < 0 || a.Width < 0 || a.Width > 20 {
 		return nil, fmt.Errorf("%w: %s", ErrBadArgument, want)
 	}
 	if a.Count > int64(c.run.limits.MaxWrites) {
@@ -601,7 +621,7 @@ func bulkLoad(c *Context, args []byte) ([]byte, error) {
 		return nil, err
 	}
 	for i := a.First; i < a.First+a.Count; i++ {
-		if err := c.Put(a.Prefix+fmt.Sprint(i), value); err != nil {
+		if err := c.Put(fmt.Sprintf("%s%0*d", a.Prefix, a.Width, i), value); err != nil {
 			return nil, err
 		}
 	}

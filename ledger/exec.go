@@ -72,7 +72,7 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 			// decided on a torn read is retried like any conflict), and
 			// never beside another attempt's commit of the same nonce.
 			failed = err
-			st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: err.Error(), Contract: req.ContractID}
+			st := &TxState{Nonce: req.Nonce, Status: TxAborted, Kind: Kind(err), Reason: storableText(err.Error(), maxReason), Contract: req.ContractID}
 			return tx.Put(ctx, s.req.statePut(st))
 		}
 		if err != nil {
@@ -92,6 +92,10 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 	}
 	return res, nil
 }
+
+// maxReason bounds an abort's recorded reason, in bytes: a contract's
+// message (maxFailText) with the contract id and the kind's text before it.
+const maxReason = maxFailText + 256
 
 // head is the latest version of an asset as a transaction read it; age -1
 // when the asset has no version.
@@ -403,7 +407,9 @@ type HistoryPage struct {
 // MaxReplyBytes, so that a reply stays within what a client receives. It
 // always returns at least one version of a range that has one: a stored
 // version's encoding is bounded well below the client's limit (its input
-// set by the execute reply's bound, its value and argument by theirs).
+// set by the execute reply's bound, its value and argument by theirs). An
+// asset with no version at all is ErrNotFound, as it is for Proof and
+// Version; a range of an existing asset that holds none is an empty page.
 func (l *Ledger) History(ctx context.Context, id string, r ScanRange) (*HistoryPage, error) {
 	if err := checkAssetID(id); err != nil {
 		return nil, err
@@ -415,16 +421,35 @@ func (l *Ledger) History(ctx context.Context, id string, r ScanRange) (*HistoryP
 		r.Limit = l.lim.MaxScanLimit
 	}
 	page := &HistoryPage{Limit: r.Limit}
+	if err := l.historyPage(ctx, id, r, page); err != nil {
+		return nil, err
+	}
+	if len(page.Versions) == 0 {
+		// An asset with no version is not found, as GetProof says; an
+		// asset's range past its latest version is an empty page.
+		latest, err := l.Latest(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if latest < 0 {
+			return nil, fmt.Errorf("%w: asset %s has no version", ErrNotFound, id)
+		}
+	}
+	return page, nil
+}
+
+// historyPage fills page with the versions of asset id in r.
+func (l *Ledger) historyPage(ctx context.Context, id string, r ScanRange, page *HistoryPage) error {
 	rows, err := l.openScan(ctx, l.b, id, math.MaxInt64, r)
 	if err != nil || rows == nil {
-		return page, err
+		return err
 	}
 	defer rows.Close()
 	size := historyReplyOverhead
 	for rows.Next() {
 		v, err := rowVersion(id, rows.Row())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		n := v.EncodedBound()
 		if len(page.Versions) > 0 && size+n > l.lim.MaxReplyBytes {
@@ -435,9 +460,9 @@ func (l *Ledger) History(ctx context.Context, id string, r ScanRange) (*HistoryP
 		page.Versions = append(page.Versions, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	return page, rows.Close()
+	return rows.Close()
 }
 
 // Proof returns the stored proof of version age of asset id.

@@ -879,3 +879,51 @@ func TestAgeMapJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRolledBackHead: the latest version of an asset is deleted and its
+// head rolled back to the version before, as an operator editing the
+// database would. The transaction that wrote it is still recorded as
+// committed, and it wrote another asset too: validating that other asset
+// names the missing write, without a Validator. (Validating the rolled-back
+// asset alone finds a consistent, shorter chain: a write that left no trace
+// on any other asset is for the Validator's cross-check to find.)
+func TestRolledBackHead(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, openEngine(t))
+	const transfer = `def invoke(ledger, args):
+    for id in ("a", "b"):
+        cur = ledger.get(id)
+        n = 0
+        if cur != None:
+            n = cur["value"]
+        ledger.put(id, n + args["d"])
+    return None
+`
+	if err := f.register(f.hmac, "transfer", transfer); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		f.mustExec(f.hmac, "transfer", fmt.Sprintf(`{"d":%d}`, i))
+	}
+	// Roll asset b back to age 1: its version 2 is deleted, its head points
+	// at version 1 again.
+	v1, err := f.l.Version(ctx, "b", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.Delete(ctx, &storage.Delete{Namespace: f.l.ns, Table: AssetsTable,
+		Partition: storage.Values{"id": storage.Text("b")}, Clustering: storage.Values{"age": storage.BigInt(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.Put(ctx, newRequests(f.l.ns).headPut(v1)); err != nil {
+		t.Fatal(err)
+	}
+	val, err := f.l.ValidateLedger(ctx, "a", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if val.Fault == nil || val.Fault.Age != 2 || val.Fault.Check != CheckNonce || !strings.Contains(val.Fault.Detail, "b@2") ||
+		strings.Contains(val.Fault.Detail, "map[") {
+		t.Fatalf("validating a: %+v, fault %+v; want a nonce fault at age 2 naming b@2 for people", val, val.Fault)
+	}
+}

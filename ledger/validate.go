@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 )
 
 // The checks validate-ledger runs on every version, in this order.
@@ -15,7 +16,7 @@ const (
 	CheckPrevHash        = "prev_hash"        // prev_hash is not the hash of the version before
 	CheckProofSignature  = "proof_signature"  // the ledger's signature on the proof does not verify
 	CheckClientSignature = "client_signature" // the request's signature does not verify with its identity
-	CheckNonce           = "nonce"            // the nonce repeats, or its transaction state disagrees
+	CheckNonce           = "nonce"            // the nonce repeats, its transaction state disagrees, or a write it records is gone
 	CheckOutput          = "output"           // re-executing the contract on the recorded inputs gives another value
 )
 
@@ -47,7 +48,8 @@ type Validation struct {
 // version it checks, in order: the chain (ages without gaps), the hash, the
 // link to the previous hash, the ledger's proof signature, the client's
 // request signature, the nonce (used once along the chain, and recorded as
-// committed with this write), and the output, by re-executing the contract
+// committed with this write, every other write of that transaction held by
+// the ledger), and the output, by re-executing the contract
 // on the versions its input names. A returned error means validation could
 // not run (storage failure, bad arguments); a fault is in the Validation.
 // One call checks at most Limits.MaxValidateVersions versions (Truncated).
@@ -117,6 +119,21 @@ func (l *Ledger) ValidateLedger(ctx context.Context, id string, start, end int64
 	return val, nil
 }
 
+// describeWrites lists a transaction's writes for people: "a@3, b@7".
+func describeWrites(w map[string]int64) string {
+	if len(w) == 0 {
+		return "nothing"
+	}
+	var b strings.Builder
+	for i, id := range appendSortedKeys(nil, w) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s@%d", id, w[id])
+	}
+	return b.String()
+}
+
 // checkVersion runs the checks on one version; it returns the failed check
 // and why, or "".
 func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) (check, detail string, err error) {
@@ -148,7 +165,24 @@ func (l *Ledger) checkVersion(ctx context.Context, v *Version, prevHash []byte) 
 		return "", "", err
 	}
 	if st.Status != TxCommitted || st.Writes[v.ID] != v.Age {
-		return CheckNonce, fmt.Sprintf("transaction %s is recorded as %s, writing %v", v.Nonce, st.Status, st.Writes), nil
+		return CheckNonce, fmt.Sprintf("transaction %s is recorded as %s, writing %s", v.Nonce, st.Status, describeWrites(st.Writes)), nil
+	}
+	// Every other write of the transaction must be in the ledger too: a
+	// version deleted behind the ledger's back, its asset's head rolled
+	// back, shows here from any asset the transaction also wrote.
+	for _, id := range appendSortedKeys(nil, st.Writes) {
+		if id == v.ID {
+			continue
+		}
+		age := st.Writes[id]
+		row, found, err := l.b.Get(ctx, l.versionGet(id, age, "nonce"))
+		if err != nil {
+			return "", "", err
+		}
+		if !found || row["nonce"].Content() != v.Nonce {
+			return CheckNonce, fmt.Sprintf("transaction %s is recorded as committed, writing %s, but the ledger does not hold %s@%d as its write",
+				v.Nonce, describeWrites(st.Writes), id, age), nil
+		}
 	}
 	rc := st.Receipt()
 	if err := l.VerifyReceipt(&rc); err != nil || rc.Contract != v.Contract || !maps.Equal(rc.Input, v.Input) {

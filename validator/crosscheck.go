@@ -2,6 +2,7 @@ package validator
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -146,6 +147,9 @@ func (r *run) history(id string) ([]*ledger.Version, error) {
 	var out []*ledger.Version
 	for start := int64(0); ; {
 		page, err := r.v.c.History(r.ctx, id, ledger.ScanRange{Start: start, End: -1, Ascending: true})
+		if errors.Is(err, ledger.ErrNotFound) {
+			return out, nil // no version at all: every logged write is dropped
+		}
 		if err != nil {
 			return nil, fmt.Errorf("validator: history of %s: %w", id, err)
 		}
