@@ -115,5 +115,14 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 		"requests whose Starlark contracts run at once; more wait (0: 64)")
 	f.IntVar(&o.Limits.MaxTotalMemoryBytes, "max-total-contract-memory", 0,
 		"bytes the memory budgets of the requests whose contracts run at once may add up to; each reserves --max-contract-memory (0: 1 GiB)")
+	// What a connection can make the server hold before any request of
+	// its is authenticated: at most --max-streams × --max-request-bytes of
+	// request bytes, each for at most --body-timeout.
+	f.IntVar(&o.Transport.MaxConnections, "max-connections", 0, "client connections open at once; more wait to be accepted (0: 1024)")
+	f.IntVar(&o.Transport.MaxStreams, "max-streams", 0, "calls open at once on one connection; more wait (0: 16)")
+	f.IntVar(&o.Transport.MaxRequestBytes, "max-request-bytes", 0, "largest request message, in bytes (0: 2 MiB)")
+	f.DurationVar(&o.Transport.BodyTimeout, "body-timeout", 0,
+		"a unary call whose request message is not whole this long after its headers is cancelled (0: 10s)")
+	f.DurationVar(&o.Transport.IdleTimeout, "idle-timeout", 0, "a connection with no call open this long is closed (0: 5m)")
 	return cmd
 }
