@@ -70,7 +70,7 @@ func main() {
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:          "kiroku",
-		Short:        "kiroku: a tamper-evident, replicated, geo-distributed transactional database",
+		Short:        "kiroku: a tamper-evident transactional database and ledger",
 		SilenceUsage: true,
 	}
 	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd(), validateCmd())
