@@ -4,8 +4,9 @@
 # It starts the services the tests need — a throwaway PostgreSQL on a free
 # loopback port (scripts/pg.sh) — and sets KIROKU_REQUIRE_SERVICES=1, so a
 # test whose service is missing fails instead of skipping. Then: gofmt,
-# go vet, staticcheck, and every test under the race detector. The
-# services are stopped by PID on exit, whatever happened.
+# go vet, staticcheck, every test under the race detector, and every fuzz
+# target for a few seconds (scripts/fuzz.sh, FUZZTIME). The services are
+# stopped by PID on exit, whatever happened.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,3 +27,4 @@ export KIROKU_REQUIRE_SERVICES=1
 echo "test.sh: PostgreSQL at $KIROKU_PG_DSN"
 
 go test -race -count=1 -timeout 25m "$@" ./...
+FUZZTIME=${FUZZTIME:-3s} scripts/fuzz.sh

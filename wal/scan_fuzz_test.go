@@ -130,7 +130,7 @@ func FuzzTruncateMark(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mk.Write(b)
+		mk.Write(bytes.Clone(b)) // a race build's MemFS mangles what it was given to write
 		mk.Close()
 		idx, ok, err := l.readTruncateMark()
 		var ce *CorruptionError
