@@ -19,6 +19,16 @@ import (
 // included — never while its transaction commits, so the bound costs
 // nothing to the commit pipeline. Waiters are served in arrival order (a
 // channel's blocked senders are).
+//
+// A contract's top level runs in a slot too, with a budget of its own: a
+// registration's compile takes one (Ledger.RegisterContract); a contract
+// prepared rather than compiled (prepareStarlark) runs its top level at
+// its first call, in the slot of the execution that calls it if that is
+// the execution's first Starlark contract (before the execution has
+// allocated anything), or in a second slot, which the execution waits for
+// no longer than it may still run (starContract.function). The frozen
+// globals a top level leaves are kept with the compiled contract for as
+// long as the process keeps it: no slot counts them.
 type gate struct {
 	slots chan struct{}
 	// held and peak count slots in use and the most ever in use at once,

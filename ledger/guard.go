@@ -8,29 +8,55 @@ import (
 )
 
 // The rewrite of a contract's syntax tree that puts every operation able
-// to allocate more than a constant per step behind a guard (memory.go).
+// to allocate more than a constant per step behind a guard, and every
+// operation that hashes or compares values behind another (memory.go).
 //
 // It runs once, between parsing and compiling, and replaces:
 //
 //	x op y          for op in + - * // % | & ^ << >>   → __kiroku_<op>(x, y)
+//	x op y          for op in == != < <= > >= in       → __kiroku_<eq, ne, lt, le, gt, ge, in>(x, y),
+//	                                                      unless an operand is constant-shaped
+//	x not in y                                         → not __kiroku_in(x, y), likewise
 //	-x, ~x          (x not a literal)                   → __kiroku_neg(x), __kiroku_invert(x)
 //	v op= y         (v a name)                          → v = __kiroku_<op>(v, y); += and |= keep
 //	                                                      their in-place meaning for lists and dicts
 //	a[i] op= y                                          → __kiroku_aug_index(__kiroku_item(a, i), "op", y)
 //	x[lo:hi:step]                                       → __kiroku_slice(x, lo, hi, step)
 //	x[i]            (i not a literal)                   → __kiroku_index(x, i)
+//	x[k] = v        (also as a for or comprehension
+//	                target; k not constant-shaped)      → x[__kiroku_hkey(k)] = v
 //	{k1: v1, k2: v2, ...}                               → __kiroku_dict({__kiroku_key(k1): v1, ...}),
-//	                                                      keys guarded if not literals
-//	{k: v for ...}                                      → __kiroku_dict({k: v for ...})
+//	                                                      keys guarded if not constant-shaped
+//	{k: v for ...}                                      → __kiroku_dict({__kiroku_hkey(k): v for ...})
 //	f(*xs, **kw)                                        → f(*__kiroku_star(xs), **__kiroku_starstar(kw))
 //	x.m             for the methods of guardedMethods    → __kiroku_attr(x, "m"), a guarded
-//	                                                      method (then called, usually)
+//	                and workMethods                       method (then called, usually)
 //
 // and the universe's functions that allocate in proportion to their
-// arguments (list, str, sorted, ...) are shadowed by guarded versions in
-// predeclared. a[i] and dict-literal keys are guarded because a missing
-// key's error message prints it, and a tuple holding many references to
-// one long string prints enormous.
+// arguments (list, str, sorted, ...), or hash or compare them (set, dict,
+// sorted, min, max), are shadowed by guarded versions in predeclared. a[i]
+// and dict-literal keys are guarded also because a missing key's error
+// message prints it, and a tuple holding many references to one long
+// string prints enormous.
+//
+// Hashing and comparing happen, besides, inside operations guarded for
+// their allocation: x | y, x & y, x ^ y, x - y and |= on sets and dicts
+// (binopGuard, inplace), the methods that look up, store or search
+// (get, pop, setdefault, update, add, discard, remove, index, union, ...)
+// and the guards of a[i] and a[i] op= y. The sites the interpreter has
+// (go.starlark.net's Compare, Equal and Hash, called from its EQL..GE and
+// IN instructions, its dict and set operations and built-ins, and its
+// hash table) are all reached from one of these, and each accounts the
+// work before it runs. Where the rewrite leaves a comparison alone, an
+// operand bounds its cost: it is constant-shaped — a literal, None, True
+// or False, or a list, tuple or dict literal of such — or a call of a
+// universal function whose result has no elements (len, type, str, ...;
+// universalValues), the names not bound anywhere in the file. For in,
+// that must be the left operand (and a few words at most), or the right
+// one a string, or a list or tuple literal of constants: a dict on the
+// right hashes the left whatever it is. dict.popitem and set.pop hash a
+// key their receiver holds, accounted when it was stored; **kwargs, % with
+// a mapping and hash() hash only strings.
 //
 // A top-level v op= y that binds v first (in source order) is preceded by
 // a binding of v that never runs, so that the resolver reads v there as
@@ -42,15 +68,23 @@ import (
 // instructions it replaces (guardBuiltin's steps), so MaxSteps bounds what
 // it bounded before. TestRewriteKeepsMeaning and FuzzRewriteKeepsMeaning
 // compare rewritten and original programs. The differences: a failing
-// program can fail a few steps later, and the first top-level v op= y
-// whose y reads v compiles (and fails when it runs) where it did not. The
-// names starting with guardPrefix are reserved: a contract that uses one
-// does not compile.
+// program can fail a few steps later; the first top-level v op= y whose y
+// reads v compiles (and fails when it runs) where it did not; hashing and
+// comparing large values is charged steps (memory.go), which ordinary
+// values are not; and the compiler pads the target address of each
+// conditional jump with NOPs to four bytes, NOPs that take a step each
+// when the jump falls through, so a jump to an address the larger,
+// rewritten code moved past 127 (or 16383) takes a step fewer — never
+// more. The names starting with guardPrefix are reserved: a contract that
+// uses one does not compile.
 
 // rewriter rewrites one file.
 type rewriter struct {
 	// depth is the nesting of functions (def, lambda) being rewritten.
 	depth int
+	// universal are the names of universalValues the file does not bind
+	// anywhere: they name those values wherever they are used.
+	universal map[string]bool
 	// bound are the names bound at top level so far, in source order.
 	// The dialect's GlobalReassign makes the resolver bind a top-level use
 	// of a name when it meets it: to the global if one is bound above,
@@ -60,6 +94,18 @@ type rewriter struct {
 
 // guardPrefix starts every name the rewrite introduces.
 const guardPrefix = "__kiroku_"
+
+// compareGuards names the guard of each binary operator that hashes or
+// compares its operands (not in is rewritten as not __kiroku_in).
+var compareGuards = map[syntax.Token]string{
+	syntax.EQL: guardPrefix + "eq",
+	syntax.NEQ: guardPrefix + "ne",
+	syntax.LT:  guardPrefix + "lt",
+	syntax.LE:  guardPrefix + "le",
+	syntax.GT:  guardPrefix + "gt",
+	syntax.GE:  guardPrefix + "ge",
+	syntax.IN:  guardPrefix + "in",
+}
 
 // binopGuards names the guard of each binary operator that can allocate.
 // Comparisons, in, and, or and / (whose result is a float) cannot.
@@ -88,9 +134,73 @@ func rewriteContract(f *syntax.File) error {
 	if err != nil {
 		return err
 	}
-	rw := &rewriter{bound: map[string]bool{}}
+	rw := &rewriter{bound: map[string]bool{}, universal: map[string]bool{}}
+	for name := range universalValues {
+		rw.universal[name] = true
+	}
+	for name := range bindings(f) {
+		delete(rw.universal, name)
+	}
 	f.Stmts = rw.stmts(f.Stmts)
 	return nil
+}
+
+// bindings returns the names f binds anywhere: assigned, iterated over,
+// defined, taken as parameters or loaded.
+func bindings(f *syntax.File) map[string]bool {
+	names := map[string]bool{}
+	var target func(e syntax.Expr)
+	target = func(e syntax.Expr) {
+		switch e := e.(type) {
+		case *syntax.Ident:
+			names[e.Name] = true
+		case *syntax.ParenExpr:
+			target(e.X)
+		case *syntax.TupleExpr:
+			for _, x := range e.List {
+				target(x)
+			}
+		case *syntax.ListExpr:
+			for _, x := range e.List {
+				target(x)
+			}
+		}
+	}
+	params := func(ps []syntax.Expr) {
+		for _, p := range ps {
+			switch p := p.(type) {
+			case *syntax.BinaryExpr: // name=default
+				target(p.X)
+			case *syntax.UnaryExpr: // *args, **kwargs
+				if p.X != nil {
+					target(p.X)
+				}
+			default:
+				target(p)
+			}
+		}
+	}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.AssignStmt:
+			target(n.LHS)
+		case *syntax.ForStmt:
+			target(n.Vars)
+		case *syntax.ForClause:
+			target(n.Vars)
+		case *syntax.DefStmt:
+			names[n.Name.Name] = true
+			params(n.Params)
+		case *syntax.LambdaExpr:
+			params(n.Params)
+		case *syntax.LoadStmt:
+			for _, to := range n.To {
+				names[to.Name] = true
+			}
+		}
+		return true
+	})
+	return names
 }
 
 func (rw *rewriter) stmts(ss []syntax.Stmt) []syntax.Stmt {
@@ -188,13 +298,21 @@ func (rw *rewriter) assign(s *syntax.AssignStmt) []syntax.Stmt {
 			// v op= y binds v and reads that global, not the predeclared
 			// v a top-level use of v would read above any binding of it.
 			// Bind it first, without running anything (and without a
-			// step: the guard gives back the six its if statement takes,
-			// its call and the jumps).
-			unbound := &syntax.IfStmt{If: s.OpPos, Cond: guardCall(s.OpPos, guardPrefix+"unbound"),
-				True: []syntax.Stmt{&syntax.AssignStmt{OpPos: s.OpPos, Op: syntax.EQ,
+			// step: the guard gives back the three its if statement
+			// takes, its name, its call and the conditional jump, which
+			// is taken, past the else branch the compiler lays out
+			// first, so that no padding of the jump runs either):
+			//
+			//	if __kiroku_bound():
+			//	    pass
+			//	else:
+			//	    v = __kiroku_none
+			bound := &syntax.IfStmt{If: s.OpPos, Cond: guardCall(s.OpPos, guardPrefix+"bound"),
+				True: []syntax.Stmt{&syntax.BranchStmt{Token: syntax.PASS, TokenPos: s.OpPos}},
+				False: []syntax.Stmt{&syntax.AssignStmt{OpPos: s.OpPos, Op: syntax.EQ,
 					LHS: &syntax.Ident{NamePos: lhs.NamePos, Name: lhs.Name},
 					RHS: &syntax.Ident{NamePos: s.OpPos, Name: guardPrefix + "none"}}}}
-			out = append([]syntax.Stmt{unbound}, out...)
+			out = append([]syntax.Stmt{bound}, out...)
 		}
 		rw.bind(lhs)
 		return out
@@ -230,7 +348,12 @@ func (rw *rewriter) target(e syntax.Expr) syntax.Expr {
 		}
 	case *syntax.IndexExpr:
 		e.X = rw.expr(e.X)
+		cheap := rw.constShaped(e.Y)
 		e.Y = rw.expr(e.Y)
+		if !cheap {
+			// x[k] = v hashes k if x is a dict.
+			e.Y = guardCall(e.Lbrack, guardPrefix+"hkey", e.Y)
+		}
 	case *syntax.DotExpr:
 		e.X = rw.expr(e.X)
 	}
@@ -268,7 +391,7 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 	case *syntax.CallExpr:
 		return rw.callExpr(e)
 	case *syntax.DotExpr:
-		if _, ok := guardedMethods[e.Name.Name]; ok {
+		if isGuardedMethod(e.Name.Name) {
 			name := &syntax.Literal{Token: syntax.STRING, TokenPos: e.Dot, Raw: fmt.Sprintf("%q", e.Name.Name), Value: e.Name.Name}
 			return guardCall(e.Dot, guardPrefix+"attr", rw.expr(e.X), name)
 		}
@@ -298,8 +421,9 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 	case *syntax.DictExpr:
 		for _, x := range e.List {
 			entry := x.(*syntax.DictEntry)
+			cheap := rw.constShaped(entry.Key)
 			entry.Key = rw.expr(entry.Key)
-			if !constant(entry.Key) && len(e.List) > 1 {
+			if !cheap {
 				entry.Key = guardCall(entry.Colon, guardPrefix+"key", entry.Key)
 			}
 			entry.Value = rw.expr(entry.Value)
@@ -322,7 +446,11 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 			}
 		}
 		if entry, ok := e.Body.(*syntax.DictEntry); ok {
+			cheap := rw.constShaped(entry.Key)
 			entry.Key = rw.expr(entry.Key)
+			if !cheap {
+				entry.Key = guardCall(entry.Colon, guardPrefix+"hkey", entry.Key)
+			}
 			entry.Value = rw.expr(entry.Value)
 			return guardCall(e.Lbrack, guardPrefix+"dict", e)
 		}
@@ -342,6 +470,9 @@ func (rw *rewriter) expr(e syntax.Expr) syntax.Expr {
 // tuple literals folded into one (the compiler folds them; their size is
 // the source's), so that the step count stays the same.
 func (rw *rewriter) binary(e *syntax.BinaryExpr) syntax.Expr {
+	if e.Op == syntax.NOT_IN || compareGuards[e.Op] != "" {
+		return rw.compare(e)
+	}
 	name, guarded := binopGuards[e.Op]
 	if !guarded {
 		e.X = rw.expr(e.X)
@@ -402,6 +533,106 @@ func (rw *rewriter) binary(e *syntax.BinaryExpr) syntax.Expr {
 		sum = guardCall(s.pos, name, sum, s.x)
 	}
 	return sum
+}
+
+// universalValues are the universe's constants, and its functions whose
+// result has no elements: true for those whose result is, besides, a few
+// words at most (not a string of any length, nor an integer of any size).
+var universalValues = map[string]bool{
+	"None": true, "True": true, "False": true,
+	"len": true, "hash": true, "ord": true, "bool": true, "type": true, "chr": true,
+	"int": false, "float": false, "abs": false, "str": false, "repr": false,
+}
+
+// compare guards a comparison, in or not in, unless an operand bounds
+// its cost: x == "a", k in ("a", "b"), v != None, len(x) > n.
+func (rw *rewriter) compare(e *syntax.BinaryExpr) syntax.Expr {
+	var cheap bool
+	if e.Op == syntax.IN || e.Op == syntax.NOT_IN {
+		// x in y compares x with each element of a list or tuple y:
+		// cheap if x is small; a dict or set y hashes x, whatever it is;
+		// a string y holds strings.
+		cheap = rw.constShaped(e.X) || rw.leafCall(e.X, true)
+		switch y := unparen(e.Y).(type) {
+		case *syntax.Literal:
+			cheap = cheap || y.Token == syntax.STRING || y.Token == syntax.BYTES
+		case *syntax.ListExpr, *syntax.TupleExpr:
+			cheap = cheap || rw.constShaped(y)
+		case *syntax.CallExpr:
+			if fn, ok := y.Fn.(*syntax.Ident); ok && (fn.Name == "str" || fn.Name == "repr") {
+				cheap = cheap || rw.leafCall(y, false)
+			}
+		}
+	} else {
+		// One comparison: cheap if either operand has no elements, or
+		// is bounded by the source.
+		cheap = rw.constShaped(e.X) || rw.constShaped(e.Y) || rw.leafCall(e.X, false) || rw.leafCall(e.Y, false)
+	}
+	e.X = rw.expr(e.X)
+	e.Y = rw.expr(e.Y)
+	if cheap {
+		return e
+	}
+	if e.Op == syntax.NOT_IN {
+		// not __kiroku_in(x, y): the compiler makes x not in y IN and
+		// NOT, or IN alone in a condition (jumping the other way), and
+		// does the same with not and a call.
+		return &syntax.UnaryExpr{OpPos: e.OpPos, Op: syntax.NOT, X: guardCall(e.OpPos, compareGuards[syntax.IN], e.X, e.Y)}
+	}
+	return guardCall(e.OpPos, compareGuards[e.Op], e.X, e.Y)
+}
+
+// constShaped reports whether e is a literal, None, True or False, or a
+// list, tuple or dict literal of such, possibly signed or parenthesized:
+// a value whose hashing and comparing with anything costs no more than
+// the source says.
+func (rw *rewriter) constShaped(e syntax.Expr) bool {
+	switch e := unparen(e).(type) {
+	case *syntax.Literal:
+		return true
+	case *syntax.Ident:
+		return rw.universal[e.Name] && (e.Name == "None" || e.Name == "True" || e.Name == "False")
+	case *syntax.UnaryExpr:
+		return (e.Op == syntax.MINUS || e.Op == syntax.PLUS) && constant(e)
+	case *syntax.ListExpr:
+		for _, x := range e.List {
+			if !rw.constShaped(x) {
+				return false
+			}
+		}
+		return true
+	case *syntax.TupleExpr:
+		for _, x := range e.List {
+			if !rw.constShaped(x) {
+				return false
+			}
+		}
+		return true
+	case *syntax.DictExpr:
+		for _, x := range e.List {
+			entry := x.(*syntax.DictEntry)
+			if !rw.constShaped(entry.Key) || !rw.constShaped(entry.Value) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// leafCall reports whether e calls a universal function whose result has
+// no elements (universalValues), and, if small, is a few words at most.
+func (rw *rewriter) leafCall(e syntax.Expr, small bool) bool {
+	call, ok := unparen(e).(*syntax.CallExpr)
+	if !ok {
+		return false
+	}
+	fn, ok := call.Fn.(*syntax.Ident)
+	if !ok || !rw.universal[fn.Name] {
+		return false
+	}
+	fewWords, ok := universalValues[fn.Name]
+	return ok && fn.Name != "None" && fn.Name != "True" && fn.Name != "False" && (fewWords || !small)
 }
 
 // addable and fold mirror the compiler's folding of literal sums

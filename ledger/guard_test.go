@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
 )
 
 // guardCases are programs that exercise every construct the rewrite
@@ -83,7 +84,67 @@ def f():
 result = [n, f()]
 len = 5
 len += 1`},
+	{"comparisons", `a = 3; b = 4.5; s = "ab"; t = "abc"; p = (1, "x"); q = (1, "y"); l = [1, [2, 3]]; m = [1, [2, 4]]; d = {"a": 1, "b": [2]}; e = {"b": [2], "a": 1}
+u = set([1, 2]); v = set([2, 1, 3]); n = None; big = 1 << 80
+result = [a == b, a != b, a < b, a <= b, a > b, a >= b, s < t, s == t, t > s, p < q, p == q, p != q, q >= p, l < m, l == m, m > l, d == e, d != e,
+	u == v, u < v, v > u, u <= u, u >= v, n == None, None == n, a == None, True == (a > 0), big > a, big == big, a < big, b < big, [] < [1], (1,) < (1, 2),
+	p == (1, "x"), l == [1, [2, 3]], d == {"a": 1, "b": [2]}, {} == d, range(3) == range(3), a == "3", len(l) == 2, s != t]`},
+	{"in", `a = 3; s = "ab"; p = (1, "x"); xs = [1, p, "ab", [2]]; d = {p: 1, "k": 2}; u = set([p, 2]); n = "x"
+result = [a in xs, p in xs, s in xs, [2] in xs, 9 in xs, p not in xs, p in d, "k" in d, a in d, p in u, n in s, "a" in s, a not in u, a in range(5), p in (p,), (1, "x") in xs,
+	[x for x in xs if x in u], [x for x in xs if x not in u], not (p in d), p not in d and a in xs, (a in xs) == (p in d), n in p, [] in {}]`},
+	{"comparisons in conditions", `xs = [(1, 2), (3, 4)]; seen = {}; n = 0; k = (1, 2)
+for x in xs:
+    if x in seen:
+        n += 1
+    elif x not in seen and x != k:
+        n += 10
+    if not (x == k) or x not in xs:
+        n += 100
+    seen[x] = n
+while n > 0 and (n, n) not in seen:
+    n -= 50
+result = [n, seen, 5 if k in seen else 6, 7 if k not in seen else 8]`},
+	{"keys", `k = (1, "a"); j = (2, (3, 4)); d = {}; d[k] = 1; d[j] = 2; e = {k: 3}; f = {x: x[0] for x in [k, j]}; s = set([k, j]); s.add((5,)); s.discard(k); t = set()
+g = dict([(k, 1), (j, 2)]); g.update([(j, 3)], z=4); g.update({k: 5}); h = {}; h |= g; h[k] += 1
+result = [d[k], d.get(j), d.get((9,), 0), d.setdefault((7,), 8), d.pop(k), d, e, f, s, s | set([k]), s & set([j]), s - set([j]), s ^ set([k]), s.union([k]), s.intersection([j]),
+	s.difference([j]), s.symmetric_difference([k]), s.issubset([j, (5,), 1]), s.issuperset([j]), g, h, t, k in g, j in s]`},
+	{"sorting and searching", `xs = [(2, "b"), (1, "z"), (2, "a"), (1, "a")]; ws = ["pear", "fig", "apple"]; l = [3, (1, 2), "x", (1, 2)]; l.remove((1, 2))
+result = [sorted(xs), sorted(xs, reverse=True), sorted(xs, key=lambda x: x[1]), sorted(ws, key=len), sorted([3, 1, 2]), max(xs), min(xs), max(ws, key=len), min(3, 1, 2), max([1.5, 2, 0]),
+	min(xs, key=lambda x: (x[1], x[0])), xs.index((2, "a")), xs.index((1, "a"), 1), l, sorted({"b": 1, "a": 2}), sorted(set([3, 1])), max("ab".elems())]`},
+	{"None shadowed", `def f(None):
+    return None == (1, 2)
+result = [f((1, 2)), f(3)]`},
+	{"universal functions in comparisons", `xs = [1, (2, 3), "ab"]; d = {"a": 1}
+result = [len(xs) == 3, len(xs) > len(d), type(d) == "dict", type(xs) in ("list", "tuple"), str(xs) == repr(xs), hash("a") != hash("b"), ord("a") < 100,
+	int("7") >= 7, float(2) <= 2, abs(-3) == 3, chr(65) in "ABC", bool(xs) == True, "b" in str(xs), len(xs) in xs, (len(xs), 1) in [(3, 1)], "x" in repr(d)]`},
+	{"universal functions rebound", `len = lambda x: (1, x)
+result = [len(2) == (1, 2), len(3) in [(1, 3)]]`},
 	// Failures: the same message either way.
+	{"comparison too deep", `a = []; a.append(a); result = a == a`},
+	{"ordered comparison too deep", `a = [1]; a.append(a); result = a < a`},
+	{"unordered types", `result = 1 < "a"`},
+	{"unordered lists", `result = [1] < ["a"]`},
+	{"dicts unordered", `result = {} < {}`},
+	{"unhashable in set", `result = [1] in set([1])`},
+	{"unhashable key stored", `d = {}; d[[1]] = 2`},
+	{"unhashable key looked up", `d = {}; result = d[[1]]`},
+	{"unhashable set element", `result = set([(1, [2])])`},
+	{"sorted of mixed", `result = sorted([1, "a"])`},
+	{"sorted of mixed by key", `result = sorted([1, 2], key=lambda x: [x] if x == 1 else "a")`},
+	{"max of nothing", `result = max([])`},
+	{"min of int", `result = min(1)`},
+	{"min of mixed", `result = min([(1,), ("a",)])`},
+	{"index not found", `result = [(1, 2)].index((1, 3))`},
+	{"remove not found", `l = [(1, 2)]; l.remove((2,))`},
+	{"pop missing", `result = {}.pop((1,))`},
+	{"set remove missing", `s = set(); s.remove((1,))`},
+	{"update bad pair", `d = {}; d.update([(1, 2, 3)])`},
+	{"dict of unhashable", `result = dict([([1], 2)])`},
+	{"in of int", `x = 1; y = 2; result = x in y`},
+	{"not in of int", `x = 1; y = 2; result = x not in y`},
+	{"not in of int as condition", `x = 1; y = 2
+if x not in y:
+    result = 1`},
 	{"+= during iteration", `xs = [1]
 for x in xs:
     xs += [2]`},
@@ -127,8 +188,18 @@ result = f(**[])`},
 // plainPredeclared is what a contract saw before the rewrite.
 var plainPredeclared = starlark.StringDict{}
 
+// compilePlain compiles src as it is, its jumps padded (padJumps).
+func compilePlain(src string) (*starlark.Program, error) {
+	f, err := fileOptions.Parse("t.star", src, 0)
+	if err != nil {
+		return nil, err
+	}
+	padJumps(f)
+	return starlark.FileProgram(f, plainPredeclared.Has)
+}
+
 func runPlain(src string) (starlark.StringDict, uint64, error) {
-	_, prog, err := starlark.SourceProgramOptions(fileOptions, "t.star", src, plainPredeclared.Has)
+	prog, err := compilePlain(src)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -137,11 +208,56 @@ func runPlain(src string) (starlark.StringDict, uint64, error) {
 	return g, th.Steps, err
 }
 
+// padJumps puts, first in the file and in each function, code that takes
+// 130 bytes and never runs, so that every jump of the program goes to an
+// address past 127 (and, in functions under 16 KiB, below 16384). The
+// compiler pads a conditional jump's target address with NOPs to four
+// bytes, and a NOP takes a step when the jump falls through: a jump to an
+// address below 128 takes three, one to an address below 16384 two. The
+// rewritten program is larger, so its jumps can take a step fewer than the
+// original's (never more) where an address crosses 128; with every address
+// past it in both, their steps compare exactly. The padding runs two steps
+// in a file or function (a constant and a conditional jump, taken) and
+// one in a lambda, the same in both.
+func padJumps(f *syntax.File) {
+	pos := syntax.MakePosition(&f.Path, 1, 1)
+	one := func() syntax.Expr {
+		return &syntax.Literal{Token: syntax.INT, TokenPos: pos, Raw: "1", Value: int64(1)}
+	}
+	pad := func() syntax.Expr {
+		t := &syntax.TupleExpr{Lparen: pos, Rparen: pos}
+		for range 64 {
+			t.List = append(t.List, &syntax.Literal{Token: syntax.INT, TokenPos: pos, Raw: "0", Value: int64(0)})
+		}
+		return t
+	}
+	// if 1: pass / else: (0, 0, ...): the compiler lays the else branch
+	// out first, right after the condition, and jumps over it.
+	padStmts := func(ss []syntax.Stmt) []syntax.Stmt {
+		skip := &syntax.IfStmt{If: pos, Cond: one(),
+			True:  []syntax.Stmt{&syntax.BranchStmt{Token: syntax.PASS, TokenPos: pos}},
+			False: []syntax.Stmt{&syntax.ExprStmt{X: pad()}}}
+		return append([]syntax.Stmt{skip}, ss...)
+	}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.DefStmt:
+			n.Body = padStmts(n.Body)
+		case *syntax.LambdaExpr:
+			// body if 1 else (0, 0, ...), likewise.
+			n.Body = &syntax.CondExpr{If: pos, Cond: one(), True: n.Body, ElsePos: pos, False: pad()}
+		}
+		return true
+	})
+	f.Stmts = padStmts(f.Stmts)
+}
+
 func runGuarded(src string, lim Limits) (starlark.StringDict, *starThread, error) {
 	f, err := fileOptions.Parse("t.star", src, 0)
 	if err != nil {
 		return nil, nil, err
 	}
+	padJumps(f)
 	if err := rewriteContract(f); err != nil {
 		return nil, nil, err
 	}
@@ -187,8 +303,13 @@ func TestRewriteKeepsMeaning(t *testing.T) {
 			// interpreter found before evaluating the rest, and the steps
 			// of a binding put before a top-level v op= y are given back
 			// by that statement's guard, which a failure can preempt.
-			if got := st.thread.Steps; got != wantSteps && (werr == nil || got > wantSteps+5 || got < wantSteps) {
+			// The values these programs compare and hash are small: they
+			// are charged no steps for it (memory.go).
+			if got := st.thread.Steps - st.charged; got != wantSteps && (werr == nil || got > wantSteps+5 || got < wantSteps) {
 				t.Errorf("%d steps, want %d", got, wantSteps)
+			}
+			if werr == nil && st.charged != 0 {
+				t.Errorf("%d steps charged for hashing and comparing", st.charged)
 			}
 		})
 	}
@@ -267,7 +388,7 @@ func FuzzRewriteKeepsMeaning(f *testing.F) {
 	lim := Limits{MaxSteps: 20_000, MaxMemoryBytes: 1 << 20, MaxExecutionTime: 2 * time.Second}
 	f.Fuzz(func(t *testing.T, src string) {
 		got, st, gerr := runGuarded(src, lim)
-		_, prog, err := starlark.SourceProgramOptions(fileOptions, "t.star", src, plainPredeclared.Has)
+		prog, err := compilePlain(src)
 		if st == nil { // not compiled
 			if err == nil && !strings.Contains(src, guardPrefix) {
 				t.Fatalf("compiles only as it is: %v", gerr)
@@ -284,7 +405,7 @@ func FuzzRewriteKeepsMeaning(f *testing.F) {
 			}
 			t.Fatalf("compiles only rewritten: %v", err)
 		}
-		if gerr != nil && (st.mem.refused != "" || st.outOfGas || errors.Is(gerr, ErrMemoryLimit) || strings.Contains(gerr.Error(), "cancelled")) {
+		if gerr != nil && (st.mem.refused != "" || st.workRefused != "" || st.outOfGas || errors.Is(gerr, ErrMemoryLimit) || strings.Contains(gerr.Error(), "cancelled")) {
 			return // stopped by a limit the original lacks
 		}
 		th := &starlark.Thread{Print: func(*starlark.Thread, string) {}}
@@ -310,8 +431,10 @@ func FuzzRewriteKeepsMeaning(f *testing.F) {
 					t.Fatalf("%s = %v, want %v", name, g, v)
 				}
 			}
-			if st.thread.Steps != th.Steps {
-				t.Fatalf("%d steps, want %d", st.thread.Steps, th.Steps)
+			// Besides the steps charged for hashing and comparing large
+			// values (memory.go), which ordinary programs do not take.
+			if st.thread.Steps-st.charged != th.Steps {
+				t.Fatalf("%d steps (%d charged for hashing and comparing), want %d", st.thread.Steps, st.charged, th.Steps)
 			}
 		}
 	})
@@ -358,4 +481,75 @@ func TestSafely(t *testing.T) {
 	if err := safely(func() error { panic("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("a panic came back as %v", err)
 	}
+}
+
+// BenchmarkComparisons runs a contract-like loop that compares, looks up
+// and sorts small values (ints, strings, short tuples, small dicts), as
+// the interpreter would without the rewrite and with it: the cost of the
+// hashing and comparison guards on ordinary values.
+func BenchmarkComparisons(b *testing.B) {
+	const src = `
+def work(n):
+    seen = {}
+    keys = []
+    hits = 0
+    best = None
+    names = ["a", "b", "c", "d"]
+    for i in range(n):
+        k = (i % 13, names[i % 4])
+        if k in seen:
+            hits += 1
+        else:
+            seen[k] = i
+            keys.append(k)
+        limit = n // 2
+        if i < limit and names[i % 4] != names[0]:
+            hits += 1
+        row = {"id": i, "tag": names[i % 4]}
+        if best == None or row["id"] > best["id"]:
+            best = row
+        if seen.get(k) == i:
+            hits += 1
+        if names[i % 4] in names:
+            hits += 1
+    return hits + len(sorted(keys)) + max(hits, 3) + (1 if best == row else 0)
+result = work(1000)
+`
+	plainGuardedBench(b, src)
+}
+
+// plainGuardedBench runs src as the interpreter would without the rewrite
+// (plain) and with it (guarded).
+func plainGuardedBench(b *testing.B, src string) {
+	b.Run("plain", func(b *testing.B) {
+		_, prog, err := starlark.SourceProgramOptions(fileOptions, "b.star", src, plainPredeclared.Has)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := prog.Init(&starlark.Thread{}, plainPredeclared); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("guarded", func(b *testing.B) {
+		f, err := fileOptions.Parse("b.star", src, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rewriteContract(f); err != nil {
+			b.Fatal(err)
+		}
+		prog, err := starlark.FileProgram(f, predeclared.Has)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			st, stop := newStarThread(context.Background(), Limits{}.withDefaults())
+			if _, err := prog.Init(st.thread, predeclared); err != nil {
+				b.Fatal(err)
+			}
+			stop()
+		}
+	})
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -40,8 +41,8 @@ func guardBuiltin(name string, steps uint64, fn guardFunc) *starlark.Builtin {
 }
 
 // refund takes n steps off the thread's count. Steps not yet counted (the
-// unbound guard's jumps, at the very start of a program) are taken off at
-// the next guard.
+// bound guard's jump, at the very start of a program) are taken off at the
+// next guard.
 func (st *starThread) refund(n uint64) {
 	n += st.owed
 	th := st.thread
@@ -80,29 +81,166 @@ var predeclared = func() starlark.StringDict {
 		guardPrefix + "starstar":  guardBuiltin(guardPrefix+"starstar", 2, kwArgsGuard),
 		guardPrefix + "attr":      guardBuiltin(guardPrefix+"attr", 2, attrGuard),
 		guardPrefix + "dict":      guardBuiltin(guardPrefix+"dict", 2, dictGuard),
-		guardPrefix + "unbound": guardBuiltin(guardPrefix+"unbound", 6, func(*starlark.Thread, *starThread, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
-			return starlark.False, nil
+		guardPrefix + "bound": guardBuiltin(guardPrefix+"bound", 3, func(*starlark.Thread, *starThread, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+			return starlark.True, nil
 		}),
 	}
 	for op, name := range binopGuards {
 		d[name] = guardBuiltin(name, 1, binopGuard(op))
 	}
+	for op, name := range compareGuards {
+		// In place of one instruction (IN, or a comparison): x not in y
+		// is rewritten not __kiroku_in(x, y), in place of IN and NOT (or
+		// of IN alone in a condition, which jumps the other way).
+		if op == syntax.IN {
+			d[name] = guardBuiltin(name, 1, inGuard)
+		} else {
+			d[name] = guardBuiltin(name, 1, compareGuard(op))
+		}
+	}
+	d[guardPrefix+"hkey"] = guardBuiltin(guardPrefix+"hkey", 2, hkeyGuard)
 	for name, est := range universeGuards {
 		orig := starlark.Universe[name].(*starlark.Builtin)
+		call, work, what := orig.CallInternal, universeWork[name], name+"()"
+		if impl, ok := universeImpls[name]; ok {
+			call = func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+				return impl(th, orig, args, kwargs)
+			}
+		}
 		d[name] = starlark.NewBuiltin(name, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			st := starOf(th)
 			n, err := est(st, args, kwargs)
 			if err == nil {
 				err = st.mem.charge(n, name+"()")
 			}
+			if err == nil && work != nil {
+				w := st.meter(what, nil, nil)
+				if err = work(&w, args, kwargs); err == nil {
+					err = w.done()
+				}
+			}
 			if err != nil {
 				return nil, st.mem.note(err)
 			}
-			return orig.CallInternal(th, args, kwargs)
+			return call(th, args, kwargs)
 		})
+	}
+	for name, impl := range universeImpls {
+		if _, ok := universeGuards[name]; !ok {
+			orig := starlark.Universe[name].(*starlark.Builtin)
+			d[name] = starlark.NewBuiltin(name, func(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+				return impl(th, orig, args, kwargs)
+			})
+		}
 	}
 	return d
 }()
+
+// ---- hashing and comparison ----
+
+// compareGuard is x op y for a comparison op, its cost accounted first
+// (memory.go).
+func compareGuard(op syntax.Token) guardFunc {
+	return func(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+		x, y := args[0], args[1]
+		if hasElements(x) && hasElements(y) {
+			w := st.meter(op.String(), x, y)
+			if err := w.compare(op, x, y); err != nil {
+				return nil, err
+			}
+			if err := w.done(); err != nil {
+				return nil, err
+			}
+		}
+		ok, err := starlark.Compare(op, x, y)
+		if err != nil {
+			return nil, err
+		}
+		return starlark.Bool(ok), nil
+	}
+}
+
+// inGuard is x in y, its cost accounted first: a key's hash, or a
+// comparison with each element up to the first equal one.
+func inGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	x, y := args[0], args[1]
+	switch y := y.(type) {
+	case *starlark.Dict, *starlark.Set:
+		if err := keyCheck(st, "in", x, y, x); err != nil {
+			return nil, err
+		}
+	case starlark.Tuple:
+		return scanHas(st, y, x)
+	case *starlark.List:
+		return scanHas(st, y, x)
+	}
+	return starlark.Binary(syntax.IN, x, y)
+}
+
+// scanHas is the interpreter's x in y for a list or tuple y (its Has):
+// each element compared with x, in turn, until one is equal.
+func scanHas(st *starThread, y starlark.Indexable, x starlark.Value) (starlark.Value, error) {
+	var w *workMeter
+	if !cheapOperand(x) {
+		m := st.meter("in", x, y)
+		w = &m
+	}
+	for i := range y.Len() {
+		e := y.Index(i)
+		if w != nil {
+			if err := w.compare(syntax.EQL, e, x); err != nil {
+				return nil, err
+			}
+		}
+		eq, err := starlark.Equal(e, x)
+		if err != nil {
+			return nil, errDone(w, err)
+		}
+		if eq {
+			return starlark.True, errDone(w, nil)
+		}
+	}
+	return starlark.False, errDone(w, nil)
+}
+
+// errDone is err, or the error of charging w's steps.
+func errDone(w *workMeter, err error) error {
+	if w == nil || err != nil {
+		return err
+	}
+	return w.done()
+}
+
+// cheapOperand reports whether comparing x with anything costs at most
+// freeUnits: x has no elements, and compares with a string or an integer
+// a few words at a time at most.
+func cheapOperand(x starlark.Value) bool {
+	return !hasElements(x) && leafUnits(x) <= freeUnits
+}
+
+// keyCheck accounts hashing k as one key of a dict or set for the
+// operation (op, x, y) names (workMeter): a tuple is measured, and refused
+// past maxKeyUnits; anything else hashes in time linear in bytes the
+// memory budget counted.
+func keyCheck(st *starThread, op string, x, y, k starlark.Value) error {
+	if _, ok := k.(starlark.Tuple); !ok {
+		return nil
+	}
+	w := st.meter(op, x, y)
+	if _, err := w.key(k); err != nil {
+		return err
+	}
+	return w.done()
+}
+
+// hkeyGuard passes through a key about to be stored with x[k] = v, or
+// by a dict comprehension, having accounted its hash.
+func hkeyGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
+	if err := keyCheck(st, "a key stored", nil, nil, args[0]); err != nil {
+		return nil, err
+	}
+	return args[0], nil
+}
 
 // ---- operators ----
 
@@ -114,11 +252,39 @@ func binopGuard(op syntax.Token) guardFunc {
 		if err == nil {
 			err = st.mem.charge(n, what)
 		}
+		if err == nil {
+			err = binopWork(st, op, x, y)
+		}
 		if err != nil {
 			return nil, err
 		}
 		return starlark.Binary(op, x, y)
 	}
+}
+
+// binopWork accounts the hashing of x op y on sets and dicts, which
+// copy x's keys (set | - ^, dict |) or look x's up (&) and hash y's.
+func binopWork(st *starThread, op syntax.Token, x, y starlark.Value) error {
+	switch x.(type) {
+	case *starlark.Dict:
+		if _, ok := y.(*starlark.Dict); !ok || op != syntax.PIPE {
+			return nil
+		}
+	case *starlark.Set:
+		if _, ok := y.(*starlark.Set); !ok || op != syntax.PIPE && op != syntax.AMP && op != syntax.CIRCUMFLEX && op != syntax.MINUS {
+			return nil
+		}
+	default:
+		return nil
+	}
+	w := st.meter(op.String(), x, y)
+	if err := w.keysOf(x); err != nil {
+		return err
+	}
+	if err := w.keysOf(y); err != nil {
+		return err
+	}
+	return w.done()
 }
 
 // binopBytes estimates what x op y allocates (starlark.Binary's cases).
@@ -286,6 +452,13 @@ func inplace(th *starlark.Thread, st *starThread, op syntax.Token, x, y starlark
 			if err := st.mem.charge((entryBytes+pairBytes)*int64(y.Len()), "|= on a dict"); err != nil {
 				return nil, err
 			}
+			w := st.meter("|=", x, y)
+			if err := w.keysOf(y); err != nil {
+				return nil, err
+			}
+			if err := w.done(); err != nil {
+				return nil, err
+			}
 			for _, kv := range y.Items() { // a copy: x may be y
 				if err := x.SetKey(kv[0], kv[1]); err != nil {
 					return nil, err
@@ -369,6 +542,9 @@ func indexGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []sta
 func getIndex(st *starThread, x, y starlark.Value) (starlark.Value, error) {
 	switch x := x.(type) {
 	case starlark.Mapping:
+		if err := keyCheck(st, "[key]", x, nil, y); err != nil {
+			return nil, err
+		}
 		z, found, err := x.Get(y)
 		if err != nil {
 			return nil, err
@@ -433,10 +609,14 @@ func keyText(y starlark.Value) string {
 	return fmt.Sprintf("(a %s longer than %d bytes as text)", y.Type(), maxKeyText)
 }
 
-// keyGuard passes a dict literal's key through, having checked that the
-// message of a duplicate key, which prints it, fits in the budget.
+// keyGuard passes a dict literal's key through, having accounted its hash
+// and checked that the message of a duplicate key, which prints it, fits
+// in the budget.
 func keyGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 	k := args[0]
+	if err := keyCheck(st, "a dict key", nil, nil, k); err != nil {
+		return nil, err
+	}
 	if _, ok := k.(starlark.String); ok && 4*int64(len(k.(starlark.String))) < st.mem.room() {
 		return k, nil // the common case, without measuring
 	}
@@ -593,20 +773,167 @@ var guardedMethods = map[string]methodEstimate{
 	"issuperset":           setOpBytes,
 }
 
-// callMethod calls method name of recv, having charged its estimate.
+// methodWork accounts the hashing and comparing that calling method name
+// of recv with args does (memory.go); nothing for a receiver whose method
+// of that name does neither.
+type methodWork func(w *workMeter, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) error
+
+// workMethods are the methods of the built-in types that hash or compare
+// their arguments: the dict and set methods that look keys up or store
+// them, and list.index and list.remove, which compare each element with
+// their argument. (dict.popitem and set.pop hash a key the receiver
+// holds, which was accounted when it was stored.)
+var workMethods = map[string]methodWork{
+	"get":                  keyArgWork,
+	"pop":                  keyArgWork,
+	"setdefault":           keyArgWork,
+	"add":                  keyArgWork,
+	"discard":              keyArgWork,
+	"remove":               keyArgWork,
+	"index":                keyArgWork,
+	"update":               updateWork,
+	"union":                setOpWork,
+	"intersection":         setOpWork,
+	"difference":           setOpWork,
+	"symmetric_difference": setOpWork,
+	"issubset":             setOpWork,
+	"issuperset":           setOpWork,
+}
+
+// isGuardedMethod reports whether a method of that name is called
+// through a guard: if it allocates or hashes or compares, for some
+// receiver.
+func isGuardedMethod(name string) bool {
+	if _, ok := guardedMethods[name]; ok {
+		return true
+	}
+	_, ok := workMethods[name]
+	return ok
+}
+
+// callMethod calls method name of recv, having charged its estimate and
+// accounted its hashing and comparing.
 func callMethod(th *starlark.Thread, st *starThread, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	m, err := method(recv, name)
 	if err != nil {
 		return nil, err
 	}
-	n, err := guardedMethods[name](st, recv, name, args, kwargs)
-	if err == nil {
-		err = st.mem.charge(n, "."+name+"()")
+	if est, ok := guardedMethods[name]; ok {
+		n, err := est(st, recv, name, args, kwargs)
+		if err == nil {
+			err = st.mem.charge(n, "."+name+"()")
+		}
+		if err != nil {
+			return nil, st.mem.note(err)
+		}
 	}
-	if err != nil {
-		return nil, st.mem.note(err)
+	if work, ok := workMethods[name]; ok {
+		w := st.meter(name, recv, nil)
+		w.method = true
+		err := work(&w, recv, name, args, kwargs)
+		if err == nil {
+			err = w.done()
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return m.CallInternal(th, args, kwargs)
+}
+
+// keyArgWork accounts a dict or set method that looks up or stores its
+// first argument (get, pop, setdefault, add, discard, remove), and
+// list.index and list.remove, which compare it with each element.
+func keyArgWork(w *workMeter, recv starlark.Value, name string, args starlark.Tuple, _ []starlark.Tuple) error {
+	if len(args) == 0 {
+		return nil // the method reports it
+	}
+	switch recv := recv.(type) {
+	case *starlark.Dict, *starlark.Set:
+		if _, ok := args[0].(starlark.Tuple); ok {
+			_, err := w.key(args[0])
+			return err
+		}
+	case *starlark.List:
+		if name != "index" && name != "remove" || cheapOperand(args[0]) {
+			return nil
+		}
+		// All elements, whatever the bounds of index say.
+		for i := range recv.Len() {
+			if err := w.compare(syntax.EQL, recv.Index(i), args[0]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// updateWork accounts dict.update (dictUpdateWork), and set.update, which
+// stores the elements of each argument.
+func updateWork(w *workMeter, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) error {
+	switch recv.(type) {
+	case *starlark.Dict:
+		return dictUpdateWork(w, args)
+	case *starlark.Set:
+		for _, a := range args {
+			if err := w.keysOf(a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dictUpdateWork accounts dict.update(args) and dict(args): the keys of a
+// mapping, or the first elements of pairs, up to where the update fails.
+// (The keyword arguments are strings.)
+func dictUpdateWork(w *workMeter, args starlark.Tuple) error {
+	if len(args) != 1 {
+		return nil
+	}
+	if m, ok := args[0].(starlark.IterableMapping); ok {
+		return w.keysOf(m)
+	}
+	it, ok := args[0].(starlark.Iterable)
+	if !ok {
+		return nil
+	}
+	iter := it.Iterate()
+	defer iter.Done()
+	var pair starlark.Value
+	for iter.Next(&pair) {
+		pi := starlark.Iterate(pair)
+		if pi == nil {
+			return nil
+		}
+		var k starlark.Value
+		ok := starlark.Len(pair) == 2 && pi.Next(&k)
+		pi.Done()
+		if !ok {
+			return nil
+		}
+		if hashable, err := w.key(k); err != nil || !hashable {
+			return err
+		}
+	}
+	return nil
+}
+
+// setOpWork accounts the set methods that copy the receiver's elements
+// and hash those of their arguments.
+func setOpWork(w *workMeter, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) error {
+	if _, ok := recv.(*starlark.Set); !ok {
+		return nil
+	}
+	if err := w.keysOf(recv); err != nil {
+		return err
+	}
+	for _, a := range args {
+		if err := w.keysOf(a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func method(recv starlark.Value, name string) (starlark.Callable, error) {
@@ -626,10 +953,16 @@ func method(recv starlark.Value, name string) (starlark.Callable, error) {
 // bound to their receiver with BindReceiver.
 var boundGuards = func() map[string]*starlark.Builtin {
 	m := map[string]*starlark.Builtin{}
-	for name := range guardedMethods {
+	bind := func(name string) {
 		m[name] = starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			return callMethod(th, starOf(th), b.Receiver(), name, args, kwargs)
 		})
+	}
+	for name := range guardedMethods {
+		bind(name)
+	}
+	for name := range workMethods {
+		bind(name)
 	}
 	return m
 }()
@@ -637,16 +970,42 @@ var boundGuards = func() map[string]*starlark.Builtin {
 // attrGuard is x.name for a guarded method name: the method, guarded.
 func attrGuard(_ *starlark.Thread, _ *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
 	x, name := args[0], string(args[1].(starlark.String))
-	if _, err := method(x, name); err != nil {
-		return nil, err
+	if !hasMethod(x, name) {
+		if _, err := method(x, name); err != nil {
+			return nil, err
+		}
 	}
 	return boundGuards[name].BindReceiver(x), nil
+}
+
+// builtinMethods are the names of the methods of the built-in types that
+// have guarded methods, known without looking one up (which allocates it).
+var builtinMethods = map[string]map[string]bool{}
+
+func init() {
+	for _, x := range []starlark.HasAttrs{new(starlark.Dict), new(starlark.List), new(starlark.Set), starlark.String(""), starlark.Bytes("")} {
+		names := map[string]bool{}
+		for _, name := range x.AttrNames() {
+			names[name] = true
+		}
+		builtinMethods[x.Type()] = names
+	}
+}
+
+// hasMethod reports whether x, a value of a built-in type, has a method
+// name; false if it has not or if x is of another type.
+func hasMethod(x starlark.Value, name string) bool {
+	switch x.(type) {
+	case *starlark.Dict, *starlark.List, *starlark.Set, starlark.String, starlark.Bytes:
+		return builtinMethods[x.Type()][name]
+	}
+	return false
 }
 
 func guardedGetattr(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	if len(args) >= 2 && len(kwargs) == 0 {
 		if name, ok := args[1].(starlark.String); ok {
-			if _, guarded := guardedMethods[string(name)]; guarded {
+			if isGuardedMethod(string(name)) {
 				if _, err := method(args[0], string(name)); err == nil {
 					return boundGuards[string(name)].BindReceiver(args[0]), nil
 				}
@@ -942,6 +1301,196 @@ var universeGuards = map[string]universeEstimate{
 		}
 		return 0, nil
 	},
+}
+
+// universeWork accounts the hashing of the universe's functions that
+// build a set or a dict; predeclared runs each before the function.
+var universeWork = map[string]func(w *workMeter, args starlark.Tuple, kwargs []starlark.Tuple) error{
+	"set": func(w *workMeter, args starlark.Tuple, _ []starlark.Tuple) error {
+		if len(args) == 0 {
+			return nil
+		}
+		return w.keysOf(args[0])
+	},
+	"dict": func(w *workMeter, args starlark.Tuple, _ []starlark.Tuple) error {
+		return dictUpdateWork(w, args)
+	},
+}
+
+// universeImpls replace the universe's functions that compare values:
+// the same functions, each comparison accounted first. orig is the
+// universe's function, which names the errors.
+var universeImpls = map[string]func(th *starlark.Thread, orig *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error){
+	"sorted": guardedSorted,
+	"min":    guardedMinMax,
+	"max":    guardedMinMax,
+}
+
+// guardedSorted is the universe's sorted (go.starlark.net's library.go,
+// with the same arguments, errors and stable order), each call of its
+// less function accounted. Once the accounting refuses, less answers
+// false without comparing, and the sort ends quickly.
+func guardedSorted(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var iterable starlark.Iterable
+	var key starlark.Callable
+	var reverse bool
+	if err := starlark.UnpackArgs("sorted", args, kwargs,
+		"iterable", &iterable,
+		"key?", &key,
+		"reverse?", &reverse,
+	); err != nil {
+		return nil, err
+	}
+	iter := iterable.Iterate()
+	defer iter.Done()
+	var values []starlark.Value
+	if n := starlark.Len(iterable); n > 0 {
+		values = make(starlark.Tuple, 0, n)
+	}
+	var x starlark.Value
+	for iter.Next(&x) {
+		values = append(values, x)
+	}
+	var keys []starlark.Value
+	if key != nil {
+		keys = make([]starlark.Value, len(values))
+		for i, v := range values {
+			k, err := starlark.Call(th, key, starlark.Tuple{v}, nil)
+			if err != nil {
+				return nil, err // to preserve backtrace, don't modify error
+			}
+			keys[i] = k
+		}
+	}
+	slice := &sortSlice{keys: keys, values: values, w: starOf(th).meter("sorted()", nil, nil)}
+	if reverse {
+		sort.Stable(sort.Reverse(slice))
+	} else {
+		sort.Stable(slice)
+	}
+	if slice.refused != nil {
+		return nil, slice.refused
+	}
+	if err := slice.w.done(); err != nil {
+		return nil, err
+	}
+	return starlark.NewList(slice.values), slice.err
+}
+
+// sortSlice is library.go's, its comparisons accounted by w.
+type sortSlice struct {
+	keys    []starlark.Value // nil => values[i] is key
+	values  []starlark.Value
+	err     error
+	w       workMeter
+	refused error
+}
+
+func (s *sortSlice) Len() int { return len(s.values) }
+
+func (s *sortSlice) Less(i, j int) bool {
+	keys := s.keys
+	if s.keys == nil {
+		keys = s.values
+	}
+	if s.refused != nil {
+		return false
+	}
+	if !cheapOperand(keys[i]) || !cheapOperand(keys[j]) {
+		if err := s.w.compare(syntax.LT, keys[i], keys[j]); err != nil {
+			s.refused = err
+			return false
+		}
+	}
+	ok, err := starlark.Compare(syntax.LT, keys[i], keys[j])
+	if err != nil {
+		s.err = err
+	}
+	return ok
+}
+
+func (s *sortSlice) Swap(i, j int) {
+	if s.keys != nil {
+		s.keys[i], s.keys[j] = s.keys[j], s.keys[i]
+	}
+	s.values[i], s.values[j] = s.values[j], s.values[i]
+}
+
+// guardedMinMax is the universe's min and max (library.go's minmax), each
+// comparison accounted.
+func guardedMinMax(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("%s requires at least one positional argument", b.Name())
+	}
+	var keyFunc starlark.Callable
+	if err := starlark.UnpackArgs(b.Name(), nil, kwargs, "key?", &keyFunc); err != nil {
+		return nil, err
+	}
+	op := syntax.LT
+	if b.Name() == "max" {
+		op = syntax.GT
+	}
+	var iterable starlark.Value
+	if len(args) == 1 {
+		iterable = args[0]
+	} else {
+		iterable = args
+	}
+	iter := starlark.Iterate(iterable)
+	if iter == nil {
+		return nil, fmt.Errorf("%s: %s value is not iterable", b.Name(), iterable.Type())
+	}
+	defer iter.Done()
+	var extremum starlark.Value
+	if !iter.Next(&extremum) {
+		return nil, fmt.Errorf("%s: %v", b.Name(), "argument is an empty sequence")
+	}
+	var extremeKey starlark.Value
+	var keyargs starlark.Tuple
+	if keyFunc == nil {
+		extremeKey = extremum
+	} else {
+		keyargs = starlark.Tuple{extremum}
+		res, err := starlark.Call(th, keyFunc, keyargs, nil)
+		if err != nil {
+			return nil, err // to preserve backtrace, don't modify error
+		}
+		extremeKey = res
+	}
+	what := "min()"
+	if b.Name() == "max" {
+		what = "max()"
+	}
+	w := starOf(th).meter(what, nil, nil)
+	var x starlark.Value
+	for iter.Next(&x) {
+		var key starlark.Value
+		if keyFunc == nil {
+			key = x
+		} else {
+			keyargs[0] = x
+			res, err := starlark.Call(th, keyFunc, keyargs, nil)
+			if err != nil {
+				return nil, err // to preserve backtrace, don't modify error
+			}
+			key = res
+		}
+		if !cheapOperand(key) || !cheapOperand(extremeKey) {
+			if err := w.compare(op, key, extremeKey); err != nil {
+				return nil, err
+			}
+		}
+		if ok, err := starlark.Compare(op, key, extremeKey); err != nil {
+			return nil, fmt.Errorf("%s: %v", b.Name(), err)
+		} else if ok {
+			extremum = x
+			extremeKey = key
+		}
+	}
+	if err := w.done(); err != nil {
+		return nil, err
+	}
+	return extremum, nil
 }
 
 // seqOf estimates a function building a collection of base bytes and each

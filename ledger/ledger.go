@@ -331,9 +331,10 @@ func (l *Ledger) contract(ctx context.Context, id string) (Contract, error) {
 	if rr.err != nil {
 		return nil, rr.err
 	}
-	// Not through the gate: this may run inside an execution that holds
-	// a slot already, and it runs once per contract and process.
-	c, err := compileStarlark(ctx, id, source, l.lim)
+	// Compiled only: its top level runs at the first call, inside the
+	// execution's gate slot (prepareStarlark), so a stored contract loaded
+	// for the first time is bounded as a registration's is.
+	c, err := prepareStarlark(id, source)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: stored contract %s: %w", id, err)
 	}

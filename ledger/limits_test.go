@@ -35,15 +35,38 @@ func indent(s string) string {
 	return b.String()
 }
 
+// hangAfter is how long checkRefused waits for an execution that should
+// be refused promptly before it calls it stuck: one interpreter step
+// running on, which neither the time limit nor a budget stops.
+const hangAfter = 30 * time.Second
+
 // checkRefused runs contract id, which must fail with want, allocating at
-// most maxAlloc bytes meanwhile, record its abort and write nothing.
-func (f *fixture) checkRefused(id string, want error, maxAlloc uint64) {
+// most maxAlloc bytes meanwhile, record its abort and write nothing. It
+// reports false if the execution was still running after hangAfter (and
+// fails the test): it is left running, nothing can stop it.
+func (f *fixture) checkRefused(id string, want error, maxAlloc uint64) bool {
 	f.t.Helper()
 	ctx := context.Background()
 	req := f.request(f.hmac, id, `{}`)
 	var err error
+	hung := false
 	took := time.Now()
-	n := allocated(func() { _, err = f.l.Execute(ctx, req) })
+	n := allocated(func() {
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.l.Execute(ctx, req)
+			done <- err
+		}()
+		select {
+		case err = <-done:
+		case <-time.After(hangAfter):
+			hung = true
+		}
+	})
+	if hung {
+		f.t.Errorf("%s: still running after %v", id, hangAfter)
+		return false
+	}
 	if !errors.Is(err, want) {
 		f.t.Fatalf("%s: %v, want %v", id, err, want)
 	}
@@ -58,6 +81,7 @@ func (f *fixture) checkRefused(id string, want error, maxAlloc uint64) {
 	if err != nil || st.Status != TxAborted || st.Kind != Kind(want) {
 		f.t.Errorf("%s: state %+v (%v), want aborted with kind %s", id, st, err, Kind(want))
 	}
+	return true
 }
 
 // TestMemoryLimit: the audit's cases, each of which allocated gigabytes
@@ -79,12 +103,14 @@ func TestMemoryLimit(t *testing.T) {
 		{"repr of nested sharing", "t = ('x' * 1000,)\nfor i in range(40):\n    t = (t, t)\nr = repr(t)"},
 		{"% doubling", "s = 'x'\nfor i in range(64):\n    s = '%s%s' % (s, s)"},
 		{"format doubling", "s = 'x'\nfor i in range(64):\n    s = '{}{}'.format(s, s)"},
-		{"replace", "s = 'a' * 20000\nt = s.replace('a', s)"},                      // 400 MB
-		{"join", "s = 'x' * 1000000\nt = ','.join([s] * 1000)"},                    // 1 GB
-		{"split", "s = ',' * 20000000\nt = s.split(',')"},                          // 20M pieces: ~1 GB
-		{"sorted", "x = sorted(range(100000000))"},                                 //
-		{"tuple of shared dict keys", "s = 'k' * 1000000\nd = {}\nd[(s,) * 1000]"}, // the KeyError message: 1 GB
-		{"duplicate dict-literal keys", "s = 'k' * 1000000\nk = (s,) * 100\nd = {k: 1, k: 2}"},
+		{"replace", "s = 'a' * 20000\nt = s.replace('a', s)"},   // 400 MB
+		{"join", "s = 'x' * 1000000\nt = ','.join([s] * 1000)"}, // 1 GB
+		{"split", "s = ',' * 20000000\nt = s.split(',')"},       // 20M pieces: ~1 GB
+		{"sorted", "x = sorted(range(100000000))"},              //
+		// (A tuple key holding many references to one long string, whose
+		// text is as long, is refused before it is hashed: TestHashCompareLimit.)
+		{"long dict key", "s = 'k' * 30000000\nd = {}\nd[s]"}, // the KeyError message: 30 MB
+		{"duplicate dict-literal keys", "s = 'k' * 40000000\nd = {s: 1, s: 2}"},
 		{"big int squaring", "x = 3\nfor i in range(40):\n    x = x * x"},
 		{"put of shared references", "s = 'x' * 1000000\nledger.put('t', [s] * 1000)"},
 		{"call argument of shared references", "s = 'x' * 1000000\nledger.call('sink', [s] * 1000)"},
@@ -115,7 +141,7 @@ func TestMemoryLimit(t *testing.T) {
 			switch c.name {
 			case "put of shared references":
 				want = ErrTooLarge // the value could not be stored anyway
-			case "tuple of shared dict keys":
+			case "long dict key":
 				want = ErrContractFailed // the key error, its message short
 			}
 			f.checkRefused(id, want, within)
@@ -343,4 +369,105 @@ func TestInterpreterPanics(t *testing.T) {
 		}
 		f.checkRefused(id, ErrContractFailed, 64<<20)
 	}
+}
+
+// Values that hash or compare in exponential time without allocating:
+// deep is a tuple of 2^40 nodes (each level holds the one below twice),
+// whose hash visits every one of them; wide and wider are equal, distinct
+// tuples of 32^8 leaves nested within the interpreter's comparison depth
+// limit, whose comparison visits every one.
+const (
+	deep = "t = (1, 1)\nfor i in range(40):\n    t = (t, t)\n"
+	wide = "w = (1,) * 32\nv = (1,) * 32\nfor i in range(7):\n    w = (w,) * 32\n    v = (v,) * 32\n"
+)
+
+// hashCompareCases are the ways of hashing or comparing such a value:
+// every kind of site the guards cover (guard.go).
+var hashCompareCases = []struct{ name, body string }{
+	{"dict literal key", deep + "d = {t: 1}"},
+	{"dict literal keys", deep + "d = {t: 1, 2: 3}"},
+	{"dict comprehension key", deep + "d = {k: 1 for k in [t]}"},
+	{"stored key", deep + "d = {}\nd[t] = 1"},
+	{"stored key in a loop target", deep + "d = {}\nfor d[t] in [1]:\n    pass"},
+	{"looked-up key", deep + "d = {1: 2}\nx = d[t]"},
+	{"augmented key", deep + "d = {1: 2}\nd[t] += 1"},
+	{"in dict", deep + "d = {1: 2}\nx = t in d"},
+	{"not in set", deep + "s = set([1])\nx = t not in s"},
+	{"set()", deep + "s = set([t])"},
+	{"dict()", deep + "d = dict([(t, 1)])"},
+	{"dict.get", deep + "x = {1: 2}.get(t)"},
+	{"dict.pop", deep + "x = {1: 2}.pop(t, 0)"},
+	{"dict.setdefault", deep + "x = {1: 2}.setdefault(t)"},
+	{"dict.update", deep + "d = {1: 2}\nd.update([(t, 1)])"},
+	{"getattr(dict, 'get')", deep + "x = getattr({1: 2}, 'get')(t)"},
+	{"set.add", deep + "s = set([1])\ns.add(t)"},
+	{"set.discard", deep + "s = set([1])\ns.discard(t)"},
+	{"set.remove", deep + "s = set([1])\ns.remove(t)"},
+	{"set.union", deep + "s = set([1]).union([t])"},
+	{"set.issuperset", deep + "x = set([1]).issuperset([t])"},
+	{"tuple of shared strings as a key", "s = 'k' * 1000000\nd = {1: 2}\nx = (s,) * 1000 in d"}, // hashes 1 GB
+	{"==", wide + "x = w == v"},
+	{"!=", wide + "x = w != v"},
+	{"<", wide + "x = w < v"},
+	{"<=", wide + "x = w <= v"},
+	{">", wide + "x = w > v"},
+	{">=", wide + "x = w >= v"},
+	{"== in a condition", wide + "if w == v:\n    pass"},
+	{"lists", wide + "x = [w] == [v]"},
+	{"dict values", wide + "x = {1: w} == {1: v}"},
+	{"in list", wide + "x = w in [v]"},
+	{"not in tuple", wide + "x = w not in (v,)"},
+	{"not in as a condition", wide + "if w not in [v]:\n    pass"},
+	{"list.index", wide + "x = [v].index(w)"},
+	{"list.remove", wide + "l = [v]\nl.remove(w)"},
+	{"sorted", wide + "x = sorted([w, v])"},
+	{"sorted by key", wide + "x = sorted([1, 2], key=lambda i: w if i == 1 else v)"},
+	{"max", wide + "x = max(w, v)"},
+	{"min", wide + "x = min([w, v])"},
+	{"min by key", wide + "x = min([1, 2], key=lambda i: [w, v][i - 1])"},
+	// Names that usually hold constants or return numbers, rebound.
+	{"None rebound", wide + "None = w\nx = v == None"},
+	{"True as a parameter", wide + "def f(True):\n    return True == v\nx = f(w)"},
+	{"len rebound", wide + "len = lambda x: w\nx = len(1) == v"},
+	{"len rebound in a function", wide + "def f(len):\n    return len(1) in [v]\nx = f(lambda x: w)"},
+}
+
+// TestHashCompareLimit: hashing or comparing a value whose expanded size
+// (shared parts counted each time they are reached) is exponential in its
+// memory, which ran for hours within one step, whatever the time limit, is
+// refused at once with ErrStepLimit — well before a short time limit,
+// which could not have stopped it — writes nothing and records the abort;
+// the same at the top level of a contract being registered.
+func TestHashCompareLimit(t *testing.T) {
+	f := newFixtureLimits(t, openEngine(t), Limits{MaxExecutionTime: 500 * time.Millisecond})
+	for i, c := range hashCompareCases {
+		hung := false
+		t.Run(c.name, func(t *testing.T) {
+			f.t = t
+			id := fmt.Sprintf("hc%d", i)
+			if err := f.register(f.hmac, id, contract(c.body)); err != nil {
+				t.Fatal(err)
+			}
+			hung = !f.checkRefused(id, ErrStepLimit, 64<<20)
+		})
+		if hung {
+			// Its execution is still running: the rest would only add
+			// to it.
+			t.Fatalf("stopped at %s", c.name)
+		}
+	}
+	t.Run("top level", func(t *testing.T) {
+		for _, top := range []string{deep + "d = {t: 1}\n", wide + "x = w == v\n"} {
+			done := make(chan error, 1)
+			go func() { done <- f.register(f.hmac, "top", top+"def invoke(ledger, args):\n    return 1\n") }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrBadContract) || !strings.Contains(err.Error(), "step limit") {
+					t.Errorf("%v, want ErrBadContract for the step limit", err)
+				}
+			case <-time.After(hangAfter):
+				t.Fatalf("registration still compiling after %v", hangAfter)
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
 )
 
 // Memory accounting of Starlark contracts.
@@ -444,4 +445,492 @@ func valueBytes(x starlark.Value) int64 {
 		return n
 	}
 	return 0 // None, bools, safe integers: no allocation of their own
+}
+
+// Work accounting of hashing and comparison.
+//
+// The interpreter hashes and compares values recursively, inside one step,
+// and values can share their parts: t = (t, t), forty times over, is a
+// chain of forty-one pairs whose hash visits 2^41 nodes; a tuple of 32
+// references to a tuple of 32 references to ..., eight levels deep (within
+// the interpreter's comparison depth limit), compares equal to a copy of
+// itself by visiting 32^8 pairs. Neither allocates: neither the memory
+// budget nor the time limit (which acts between steps) stops them. So
+// every place where a contract's values are hashed or compared —
+// comparisons, in, dict and set keys, and the built-ins and methods that
+// compare or hash (guard.go lists them) — first measures what the
+// operation can visit, in units:
+//
+//	one per value reached, shared parts counted each time they are
+//	reached (the value's expanded tree, as the interpreter walks it);
+//	one more per bytesPerUnit bytes of a string or bytes value, and per
+//	bitsPerUnit bits of an integer, which are compared a word at a time.
+//
+// The measure mirrors the interpreter's recursion (starlark.CompareDepth,
+// with its depth limit; Tuple.Hash) without stopping at the first
+// difference, so it bounds the operation from above, and it stops once it
+// passes what the operation may still take, so that measuring costs no
+// more than that. An operation is made of elementary hashes and
+// comparisons (one for x == y, one per element for x in a list, one per
+// key for set(), one per call of the sort's less function): each may
+// visit freeUnits units for nothing — what the interpreter's step already
+// paid for, as it does for a comparison of two integers — and the units
+// beyond, its excess, are added up:
+//
+//   - an operation whose excess would pass maxWork (one unit per slot of
+//     the memory budget: the nodes of the largest value the budget could
+//     hold without sharing) is refused with ErrStepLimit before the
+//     elementary operation that would pass it runs;
+//   - otherwise its excess is charged as steps, unitsPerStep units a step,
+//     so that the step budget bounds hashing and comparing as it bounds
+//     everything else. Ordinary values (numbers, short strings, small
+//     tuples and dicts) stay within freeUnits and are charged nothing.
+//
+// One step thus hashes and compares at most maxWork units beyond
+// freeUnits per element the operation goes through (its elements are
+// values the budget paid for), and the time limit, which acts between
+// steps, stops a contract promptly again.
+//
+// Not measured: a single comparison one of whose operands has no elements
+// (a number or a string: the other is then looked at only at its top),
+// and the hash of a single key that is not a tuple; their cost is linear
+// in bytes the memory budget already counted. Only tuples can be keys and
+// have elements; a tuple hashed as a dict or set key (stored or looked up)
+// may not pass maxKeyUnits, because a lookup also compares the key with
+// every entry whose hash equals its own, and tuple hashes are easy to make
+// collide (those of strings of twelve bytes or more are seeded per
+// process; integers collide 2^32 apart): a lookup costs at most
+// maxKeyUnits per colliding entry of the table.
+//
+// Not bounded yet: the number of colliding entries. A table of n keys
+// with one hash costs n²/2 comparisons to fill — a step at a time if it
+// is filled by stores, each step costing n at most; in one step if one
+// operation fills, copies or compares it (set(), dict(), update, union,
+// |, ==). Each key's units are accounted, not the collisions.
+//
+// Like the memory charges, the units are deterministic functions of the
+// values involved, so a Validator re-executing a transaction charges and
+// refuses exactly what the ledger did.
+const (
+	bytesPerUnit = 64  // bytes of a string or bytes value compared or hashed per unit
+	bitsPerUnit  = 512 // bits of an integer compared per unit
+	freeUnits    = 16  // units of one elementary hash or comparison its step pays for
+	unitsPerStep = 32  // units of excess charged as one step
+	maxKeyUnits  = 256 // units of a tuple hashed as a dict or set key
+)
+
+// maxWork is the excess, in units, that one operation may take.
+func (st *starThread) maxWork() int64 { return max(st.mem.limit/slotBytes, 1) }
+
+// cost measures the units of hashing and comparing values, stopping
+// (with n past cap) once n passes cap.
+type cost struct {
+	n, cap int64
+	// nest is the deepest nesting of sequences an ordered comparison
+	// reached: it compares the first differing pair of each level again.
+	nest int
+}
+
+func (c *cost) add(k int64) { c.n = addSat(c.n, k) }
+
+func (c *cost) over() bool { return c.n > c.cap }
+
+// leafUnits are the units of hashing or comparing x, which has no
+// elements; 1 for anything else.
+func leafUnits(x starlark.Value) int64 {
+	switch x := x.(type) {
+	case starlark.String:
+		return 1 + int64(len(x))/bytesPerUnit
+	case starlark.Bytes:
+		return 1 + int64(len(x))/bytesPerUnit
+	case starlark.Int:
+		if _, ok := x.Int64(); ok {
+			return 1
+		}
+		return 1 + bigIntBits(x)/bitsPerUnit
+	}
+	return 1
+}
+
+// bigIntBits bounds the bit length of x, which does not fit in an int64,
+// without copying it (as intBits does): exactly up to the 1024 bits a
+// float holds, maxIntBits beyond.
+func bigIntBits(x starlark.Int) int64 {
+	f := float64(x.Float())
+	if math.IsInf(f, 0) {
+		return maxIntBits
+	}
+	_, e := math.Frexp(f)
+	return int64(e)
+}
+
+// hasElements reports whether comparing x can recurse into other values.
+func hasElements(x starlark.Value) bool {
+	switch x.(type) {
+	case starlark.Tuple, *starlark.List, *starlark.Dict, *starlark.Set:
+		return true
+	}
+	return false
+}
+
+// leafPair are the units of comparing x and y, at least one of which has
+// no elements.
+func leafPair(x, y starlark.Value) int64 {
+	switch x := x.(type) {
+	case starlark.String:
+		if y, ok := y.(starlark.String); ok {
+			return 1 + int64(min(len(x), len(y)))/bytesPerUnit
+		}
+	case starlark.Bytes:
+		if y, ok := y.(starlark.Bytes); ok {
+			return 1 + int64(min(len(x), len(y)))/bytesPerUnit
+		}
+	case starlark.Int:
+		switch y := y.(type) {
+		case starlark.Int:
+			if _, ok := x.Int64(); ok {
+				return 1
+			}
+			return min(leafUnits(x), leafUnits(y))
+		case starlark.Float:
+			return leafUnits(x) // as a big.Rat
+		}
+	case starlark.Float:
+		if y, ok := y.(starlark.Int); ok {
+			return leafUnits(y)
+		}
+	}
+	return 1
+}
+
+// compare adds the units of starlark.CompareDepth(op, x, y, depth), op an
+// equality if not ordered; level is the nesting of x and y. An ordered
+// comparison is measured without the shortcut of unequal lengths (its
+// first differing pair of each level is compared with op again, which
+// takes none) and multiplied by nest afterwards (compareUnits).
+func (c *cost) compare(ordered bool, x, y starlark.Value, depth, level int) {
+	if c.over() {
+		return
+	}
+	if depth < 1 {
+		c.add(1) // "comparison exceeded maximum recursion depth"
+		return
+	}
+	switch x := x.(type) {
+	case starlark.Tuple:
+		if y, ok := y.(starlark.Tuple); ok {
+			for i := range c.seq(ordered, len(x), len(y), level) {
+				if c.over() {
+					return
+				}
+				if !hasElements(x[i]) {
+					c.add(leafPair(x[i], y[i]))
+					continue
+				}
+				c.compare(ordered, x[i], y[i], depth-1, level+1)
+			}
+			return
+		}
+	case *starlark.List:
+		if y, ok := y.(*starlark.List); ok {
+			for i := range c.seq(ordered, x.Len(), y.Len(), level) {
+				if c.over() {
+					return
+				}
+				if xe, ye := x.Index(i), y.Index(i); !hasElements(xe) {
+					c.add(leafPair(xe, ye))
+				} else {
+					c.compare(ordered, xe, ye, depth-1, level+1)
+				}
+			}
+			return
+		}
+	case *starlark.Dict:
+		if y, ok := y.(*starlark.Dict); ok {
+			// dictsEqual: each key of x looked up in y, and the values
+			// compared, until a key is missing. (Ordered: an error.)
+			c.add(1)
+			if x.Len() != y.Len() {
+				return
+			}
+			for k, v := range x.Entries() {
+				if c.over() {
+					return
+				}
+				c.key(k)
+				yv, found, _ := y.Get(k)
+				if !found {
+					return
+				}
+				c.compare(ordered, v, yv, depth-1, level+1)
+			}
+			return
+		}
+	case *starlark.Set:
+		if y, ok := y.(*starlark.Set); ok {
+			// setsEqual looks x's elements up in y; subset and superset
+			// look y's up in x.
+			c.add(1)
+			if !ordered && x.Len() != y.Len() {
+				return
+			}
+			c.keys(x)
+			if ordered {
+				c.add(int64(x.Len()))
+				c.keys(y)
+			}
+			return
+		}
+	}
+	c.add(leafPair(x, y))
+}
+
+// seq starts compare for two lists or two tuples of lengths nx and ny
+// (starlark's sliceCompare), and returns how many pairs of elements to
+// compare.
+func (c *cost) seq(ordered bool, nx, ny, level int) int {
+	c.add(1)
+	c.nest = max(c.nest, level+1)
+	if !ordered && nx != ny {
+		return 0
+	}
+	return min(nx, ny)
+}
+
+// keys adds the units of hashing each element of a set as a key.
+func (c *cost) keys(s *starlark.Set) {
+	for e := range s.Elements() {
+		if c.over() {
+			return
+		}
+		c.key(e)
+	}
+}
+
+// key adds the units of hashing k and comparing it with the entry that
+// holds it (at most as many again).
+func (c *cost) key(k starlark.Value) {
+	before := c.n
+	c.hash(k, 0)
+	c.add(c.n - before - 1)
+}
+
+// hash adds the units of k.Hash(), and reports whether k is hashable
+// (where it is not, hashing fails). depth is k's nesting.
+func (c *cost) hash(k starlark.Value, depth int) bool {
+	switch k := k.(type) {
+	case starlark.Tuple:
+		c.add(1)
+		if depth > maxReprDepth {
+			c.n = addSat(c.cap, 1) // deeper than any key that passed maxKeyUnits
+			return true
+		}
+		for _, e := range k {
+			if c.over() {
+				return true
+			}
+			if hasElements(e) {
+				if !c.hash(e, depth+1) {
+					return false
+				}
+			} else {
+				c.add(leafUnits(e))
+			}
+		}
+		return true
+	case *starlark.List, *starlark.Dict, *starlark.Set:
+		c.add(1)
+		return false
+	}
+	c.add(leafUnits(k))
+	return true
+}
+
+// compareUnits measures starlark.Compare(op, x, y), stopping past cap.
+func compareUnits(op syntax.Token, x, y starlark.Value, cap int64) int64 {
+	ordered := op != syntax.EQL && op != syntax.NEQ
+	c := cost{cap: cap}
+	c.compare(ordered, x, y, starlark.CompareLimit, 0)
+	if ordered && c.nest > 1 {
+		return mulSat(c.n, int64(c.nest))
+	}
+	return c.n
+}
+
+// workMeter accounts the hashing and comparing of one operation on st: its
+// excess and, when done, the steps that excess is charged.
+type workMeter struct {
+	st *starThread
+	// op names the operation, for a refusal, with the types of x and y
+	// if not nil: "x op y", or "x.op()" for a method.
+	op     string
+	x, y   starlark.Value
+	method bool
+	excess int64
+}
+
+func (st *starThread) meter(op string, x, y starlark.Value) workMeter {
+	return workMeter{st: st, op: op, x: x, y: y}
+}
+
+// what is the operation, as a refusal names it.
+func (w *workMeter) what() string {
+	switch {
+	case w.method:
+		return w.x.Type() + "." + w.op + "()"
+	case w.x == nil:
+		return w.op
+	case w.y == nil:
+		return w.x.Type() + w.op
+	}
+	return w.x.Type() + " " + w.op + " " + w.y.Type()
+}
+
+// room is the cap for measuring the next elementary hash or comparison:
+// one unit past it refuses the operation.
+func (w *workMeter) room() int64 { return freeUnits + w.st.maxWork() - w.excess }
+
+// add accounts one elementary hash or comparison of units units, or
+// refuses the operation if that takes its excess past maxWork.
+func (w *workMeter) add(units int64) error {
+	if units > freeUnits {
+		w.excess = addSat(w.excess, units-freeUnits)
+	}
+	if w.excess > w.st.maxWork() {
+		return w.st.refuseWork(fmt.Sprintf("%s would hash or compare more than %d units of nested values (shared parts counted each time they are reached)",
+			w.what(), w.st.maxWork()))
+	}
+	return nil
+}
+
+// compare accounts a comparison of x and y with op.
+func (w *workMeter) compare(op syntax.Token, x, y starlark.Value) error {
+	if !hasElements(x) || !hasElements(y) {
+		return w.add(leafPair(x, y))
+	}
+	return w.add(compareUnits(op, x, y, w.room()))
+}
+
+// key accounts hashing k as a dict or set key (and comparing it with the
+// entry that holds it), refusing a tuple of more than maxKeyUnits. It
+// reports whether k is hashable: where it is not, the operation fails.
+func (w *workMeter) key(k starlark.Value) (bool, error) {
+	if _, ok := k.(starlark.Tuple); !ok {
+		c := cost{cap: w.room()}
+		hashable := c.hash(k, 0)
+		return hashable, w.add(2*c.n - 1)
+	}
+	c := cost{cap: maxKeyUnits}
+	hashable := c.hash(k, 0)
+	if c.over() {
+		return false, w.st.refuseWork(fmt.Sprintf("%s: a tuple of more than %d units of nested values (shared parts counted each time they are reached) cannot be a dict or set key",
+			w.what(), maxKeyUnits))
+	}
+	return hashable, w.add(2*c.n - 1)
+}
+
+// keysOf accounts hashing each element x yields (a dict's keys) as a key,
+// up to the first unhashable one, where the operation fails.
+func (w *workMeter) keysOf(x starlark.Value) error {
+	it, ok := x.(starlark.Iterable)
+	if !ok {
+		return nil
+	}
+	iter := it.Iterate()
+	defer iter.Done()
+	var k starlark.Value
+	for iter.Next(&k) {
+		if hashable, err := w.key(k); err != nil || !hashable {
+			return err
+		}
+	}
+	return nil
+}
+
+// done charges the operation's excess as steps.
+func (w *workMeter) done() error {
+	return w.st.chargeSteps(uint64(w.excess / unitsPerStep))
+}
+
+// Freezing a contract's globals, when its top level has run, walks them
+// as the interpreter's Freeze methods do: into a list, dict or set once
+// (each marks itself frozen first), into a tuple and into a function's
+// default values and captured variables each time it reaches them. Shared
+// tuples make that walk exponential, like a hash, and a function that
+// captures itself (def inner(): return inner, inside another) makes it
+// endless: the process dies of a stack overflow, which no recover
+// catches. freezeUnits measures the walk first, in units of values
+// reached (shared parts counted each time), stopping past cap units or
+// maxFreezeDepth deep.
+func freezeUnits(globals starlark.StringDict, cap int64) int64 {
+	f := freezeCost{cap: cap, seen: map[starlark.Value]bool{}}
+	for _, v := range globals {
+		if f.n > f.cap {
+			break
+		}
+		f.value(v, 0)
+	}
+	return f.n
+}
+
+// maxFreezeDepth bounds the nesting freezeUnits walks: deeper than a top
+// level's steps can build, so only a function that captures itself
+// reaches it.
+const maxFreezeDepth = topLevelSteps
+
+type freezeCost struct {
+	n, cap int64
+	seen   map[starlark.Value]bool // lists, dicts and sets walked: frozen
+}
+
+func (f *freezeCost) value(x starlark.Value, depth int) {
+	f.n++
+	if f.n > f.cap {
+		return
+	}
+	if depth > maxFreezeDepth {
+		f.n = addSat(f.cap, 1)
+		return
+	}
+	switch x := x.(type) {
+	case starlark.Tuple:
+		for _, e := range x {
+			f.value(e, depth+1)
+		}
+	case *starlark.List, *starlark.Dict, *starlark.Set:
+		if f.seen[x] {
+			return
+		}
+		f.seen[x] = true
+		switch x := x.(type) {
+		case *starlark.List:
+			for e := range x.Elements() {
+				f.value(e, depth+1)
+			}
+		case *starlark.Dict:
+			for k, v := range x.Entries() {
+				f.value(k, depth+1)
+				f.value(v, depth+1)
+			}
+		case *starlark.Set:
+			for e := range x.Elements() {
+				f.value(e, depth+1)
+			}
+		}
+	case *starlark.Function:
+		for i := range x.NumParams() {
+			if d := x.ParamDefault(i); d != nil {
+				f.value(d, depth+1)
+			}
+		}
+		for i := range x.NumFreeVars() {
+			if _, v := x.FreeVar(i); v != nil {
+				f.value(v, depth+1)
+			}
+		}
+	case *starlark.Builtin:
+		if r := x.Receiver(); r != nil {
+			f.value(r, depth+1)
+		}
+	}
 }

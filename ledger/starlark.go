@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
@@ -39,27 +41,61 @@ import (
 // Limits.MaxMemoryBytes (memory.go: every contract is rewritten when it
 // compiles so that each operation able to allocate more than a constant
 // per step is estimated and charged first, guard.go), and its Starlark
-// stops at Limits.MaxExecutionTime. The top level of a contract runs
-// under the same memory and time limits, within 100,000 steps.
+// stops at Limits.MaxExecutionTime. Hashing and comparing values is
+// bounded and charged as steps (memory.go). The top level of a contract
+// runs within 100,000 steps and the same memory and time limits, but at
+// most the defaults (topLevelLimits).
 
 // fileOptions are the dialect contracts are written in: Starlark with sets,
 // while loops and top-level control flow (still bounded by the step limit),
 // without recursion.
 var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: true}
 
-// starContract is a compiled Starlark contract: its top level has run once
-// and its globals are frozen, so every execution (on any goroutine) calls
-// the same immutable invoke and none can leave state for the next.
+// starContract is a compiled Starlark contract. Its top level runs once —
+// when it compiles (compileStarlark), or, if it was only prepared
+// (prepareStarlark), at its first Invoke — and its globals are then
+// frozen, so every execution (on any goroutine) calls the same immutable
+// invoke and none can leave state for the next.
 type starContract struct {
-	id string
-	fn *starlark.Function
+	id   string
+	prog *starlark.Program
+	// fn is invoke, once the top level has run.
+	fn atomic.Pointer[starlark.Function]
+	// initLock holds a value while an execution runs the top level.
+	// failed, which it guards, is how the top level failed if it fails
+	// whatever runs it (not for a time limit or an ended context, which
+	// say nothing about the contract): it is not run again.
+	initLock chan struct{}
+	failed   error
 }
 
-// compileStarlark parses source, rewrites it behind the memory guards,
-// compiles it, runs its top level once (within 100,000 steps and lim's
-// memory and time limits, or until ctx ends) and checks it defines a
-// function invoke of two parameters.
-func compileStarlark(ctx context.Context, id string, source []byte, lim Limits) (*starContract, error) {
+// topLevelSteps bounds the steps of a contract's top level.
+const topLevelSteps = 100_000
+
+// topLevelLimits are the limits a contract's top level runs within: lim's
+// (or the defaults where lim is not set), but at most topLevelSteps steps
+// and at most the default memory and time limits, whatever the ledger's
+// configuration. CompileContract, with which a Validator compiles the
+// contracts it re-executes, assumes the defaults: with the top level held
+// to them, or to less, a contract the ledger accepted compiles there too,
+// to the same globals — a top level is deterministic, and its charges and
+// refusals are monotonic in the limits (a larger budget never refuses what
+// a smaller one took). Only a time limit can differ between machines; a
+// top level that runs out of time fails with ErrTimeLimit as well as
+// ErrBadContract, which Replay reports as no divergence.
+func topLevelLimits(lim Limits) Limits {
+	lim, d := lim.withDefaults(), Limits{}.withDefaults()
+	lim.MaxSteps = topLevelSteps
+	lim.MaxMemoryBytes = min(lim.MaxMemoryBytes, d.MaxMemoryBytes)
+	lim.MaxExecutionTime = min(lim.MaxExecutionTime, d.MaxExecutionTime)
+	return lim
+}
+
+// prepareStarlark parses source, rewrites it behind the guards and
+// compiles it, running nothing: its top level runs at its first Invoke,
+// within the gate and the limits of the execution that invokes it
+// (starContract.function).
+func prepareStarlark(id string, source []byte) (*starContract, error) {
 	f, err := fileOptions.Parse(id+".star", source, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
@@ -75,10 +111,33 @@ func compileStarlark(ctx context.Context, id string, source []byte, lim Limits) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
 	}
-	lim.MaxSteps = 100_000
+	return &starContract{id: id, prog: prog, initLock: make(chan struct{}, 1)}, nil
+}
+
+// compileStarlark prepares source (prepareStarlark) and runs its top
+// level once, within topLevelLimits(lim) or until ctx ends, checking that
+// it defines a function invoke of two parameters.
+func compileStarlark(ctx context.Context, id string, source []byte, lim Limits) (*starContract, error) {
+	c, err := prepareStarlark(id, source)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := runTopLevel(ctx, id, c.prog, lim)
+	if err != nil {
+		return nil, err
+	}
+	c.fn.Store(fn)
+	return c, nil
+}
+
+// runTopLevel runs prog's top level within topLevelLimits(lim) or until
+// ctx ends (failing with ctx's error), freezes its globals and returns
+// its invoke.
+func runTopLevel(ctx context.Context, id string, prog *starlark.Program, lim Limits) (*starlark.Function, error) {
+	lim = topLevelLimits(lim)
 	t, stop := newStarThread(ctx, lim)
 	var globals starlark.StringDict
-	err = safely(func() (err error) {
+	err := safely(func() (err error) {
 		globals, err = prog.Init(t.thread, predeclared)
 		return err
 	})
@@ -88,16 +147,81 @@ func compileStarlark(ctx context.Context, id string, source []byte, lim Limits) 
 			return nil, ctx.Err()
 		}
 		if lerr := t.limitError(id+" (top level)", lim); lerr != nil {
+			if errors.Is(lerr, ErrTimeLimit) {
+				return nil, fmt.Errorf("%w: %s: %w", ErrBadContract, id, lerr)
+			}
 			err = lerr
 		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, err)
+	}
+	// Twice the work bound: what the budget can hold without sharing, and
+	// the tuples a top level's steps can make besides.
+	if max := 2 * t.maxWork(); freezeUnits(globals, max) > max {
+		return nil, fmt.Errorf("%w: %s: %w: %s (top level): freezing its globals would visit more than %d values (shared parts counted each time they are reached; a function that captures itself, without end)",
+			ErrBadContract, id, ErrStepLimit, id, max)
 	}
 	globals.Freeze()
 	fn, ok := globals["invoke"].(*starlark.Function)
 	if !ok || fn.NumParams() != 2 {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadContract, id, errNoInvoke)
 	}
-	return &starContract{id: id, fn: fn}, nil
+	return fn, nil
+}
+
+// function returns c's invoke, running its top level first if it has not
+// run, for execution x, which is running Starlark (x.star): within the
+// same bounds as a registration's compile — a slot of the gate, the top
+// level's own budgets (topLevelLimits) — and within x's time. The
+// execution's first Starlark contract (first) runs it in the slot the
+// execution has just taken, before the execution has allocated anything.
+// A nested one takes a second slot, waiting for it at most as long as x
+// may still run: an execution that waits holds its slot no longer than
+// one that runs (which is what lets executions that hold every slot and
+// wait for another fail, rather than wait for good), and fails with
+// ErrOverloaded, nothing recorded, if none comes. The slot is taken
+// before the lock that lets one execution at a time run the top level,
+// and whoever holds that lock waits for nothing else, so waits make no
+// cycle.
+func (c *starContract) function(x *execution, first bool) (*starlark.Function, error) {
+	if fn := c.fn.Load(); fn != nil {
+		return fn, nil
+	}
+	limit := x.star.limit
+	if x.gate != nil && !first {
+		deadline, _ := limit.Deadline()
+		leave, err := x.gate.enter(limit, time.Until(deadline))
+		if err != nil {
+			if errors.Is(err, ErrOverloaded) || context.Cause(limit) == errTimeUp {
+				err = fmt.Errorf("%w: no room to run the top level of %s (its first call in this process)", ErrOverloaded, c.id)
+				if x.storeErr == nil {
+					x.storeErr = err // not the request's failure: nothing is recorded
+				}
+			}
+			return nil, err
+		}
+		defer leave()
+	}
+	select {
+	case c.initLock <- struct{}{}:
+	case <-limit.Done():
+		return nil, limit.Err()
+	}
+	defer func() { <-c.initLock }()
+	if fn := c.fn.Load(); fn != nil {
+		return fn, nil
+	}
+	if c.failed != nil {
+		return nil, c.failed
+	}
+	fn, err := runTopLevel(limit, c.id, c.prog, x.limits)
+	if err != nil {
+		if limit.Err() == nil && !errors.Is(err, ErrTimeLimit) {
+			c.failed = err
+		}
+		return nil, err
+	}
+	c.fn.Store(fn)
+	return fn, nil
 }
 
 // starThread is the one interpreter thread of an execution; nested
@@ -108,7 +232,15 @@ type starThread struct {
 	outOfGas bool
 	// owed are steps the guards are to give back still (refund).
 	owed uint64
-	mem  memAccount
+	// maxSteps is the thread's step limit; charged are the steps the
+	// hashing and comparison guards charged (memory.go), part of
+	// thread.Steps.
+	maxSteps, charged uint64
+	// workRefused describes the first operation refused for what its
+	// hashing and comparing would take: the execution fails with
+	// ErrStepLimit whatever became of the error on its way out.
+	workRefused string
+	mem         memAccount
 	// limit ends at the time limit, with cause errTimeUp, or with the
 	// request's context; the thread is cancelled when it does.
 	limit context.Context
@@ -123,7 +255,7 @@ var errTimeUp = errors.New("time limit reached")
 // thread is done.
 func newStarThread(ctx context.Context, l Limits) (t *starThread, stop func()) {
 	st := &starThread{thread: &starlark.Thread{Name: "contract", Print: func(*starlark.Thread, string) {}},
-		mem: memAccount{limit: int64(l.MaxMemoryBytes)}}
+		mem: memAccount{limit: int64(l.MaxMemoryBytes)}, maxSteps: l.MaxSteps}
 	st.thread.SetLocal(starKey, st)
 	st.thread.SetMaxExecutionSteps(l.MaxSteps)
 	st.thread.OnMaxSteps = func(t *starlark.Thread) {
@@ -147,6 +279,8 @@ func newStarThread(ctx context.Context, l Limits) (t *starThread, stop func()) {
 // request), or a memory charge refused.
 func (st *starThread) limitError(id string, l Limits) error {
 	switch {
+	case st.workRefused != "":
+		return fmt.Errorf("%w: %s: %s", ErrStepLimit, id, st.workRefused)
 	case st.outOfGas:
 		return fmt.Errorf("%w: %s: more than %d steps", ErrStepLimit, id, l.MaxSteps)
 	case context.Cause(st.limit) == errTimeUp:
@@ -155,6 +289,33 @@ func (st *starThread) limitError(id string, l Limits) error {
 		return fmt.Errorf("%w: %s: %s", ErrMemoryLimit, id, st.mem.refused)
 	}
 	return nil
+}
+
+// chargeSteps adds n steps to the thread's count (the steps of hashing
+// and comparing, memory.go), failing with ErrStepLimit, as the
+// interpreter's next step would, if that reaches the limit.
+func (st *starThread) chargeSteps(n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	th := st.thread
+	th.Steps += n
+	st.charged += n
+	if th.Steps >= st.maxSteps {
+		st.outOfGas = true
+		th.Cancel("step limit reached")
+		return fmt.Errorf("%w: more than %d steps", ErrStepLimit, st.maxSteps)
+	}
+	return nil
+}
+
+// refuseWork refuses an operation for what its hashing and comparing
+// would take: detail says which.
+func (st *starThread) refuseWork(detail string) error {
+	if st.workRefused == "" {
+		st.workRefused = detail
+	}
+	return fmt.Errorf("%w: %s", ErrStepLimit, detail)
 }
 
 // startStarlark readies an execution's first Starlark contract: it waits
@@ -180,7 +341,8 @@ func (x *execution) startStarlark() error {
 // Invoke runs the contract on the execution's Starlark thread.
 func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	x := ctx.run
-	if x.star == nil {
+	first := x.star == nil
+	if first {
 		if err := x.startStarlark(); err != nil {
 			return nil, err
 		}
@@ -191,6 +353,13 @@ func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 			return nil, lerr
 		}
 		return nil, contractError(c.id, unwrapEval(err))
+	}
+	fn, err := c.function(x, first)
+	if err != nil {
+		if Kind(err) != "" {
+			return nil, err
+		}
+		return fail(err) // the execution's limit, or its context, ended
 	}
 	decoded, err := decodeJSON(args)
 	if err != nil {
@@ -207,7 +376,7 @@ func (c *starContract) Invoke(ctx *Context, args []byte) ([]byte, error) {
 	t.thread.SetLocal(ctxKey, ctx)
 	var res starlark.Value
 	err = safely(func() (err error) {
-		res, err = starlark.Call(t.thread, c.fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
+		res, err = starlark.Call(t.thread, fn, starlark.Tuple{ledgerValue{}, sargs}, nil)
 		return err
 	})
 	t.thread.SetLocal(ctxKey, prev)
