@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -88,80 +89,97 @@ func FuzzCheckpointFile(f *testing.F) {
 	})
 }
 
-// FuzzRecordHeader: recovery reads every log record's kind and epoch
-// before anything else, marks included.
-func FuzzRecordHeader(f *testing.F) {
-	f.Add([]byte{recMark, 5})
+// FuzzDecodeRecord: recovery and a follower decode every log record
+// before anything else; what is accepted is well formed, and a record
+// encoded from an accepted one decodes the same.
+func FuzzDecodeRecord(f *testing.F) {
+	ddl, _ := ddlRecord(3, ddlOp{Op: ddlCreateNamespace, Namespace: "ns"})
+	f.Add(markRecord(2, 5))
 	f.Add(binary.AppendUvarint([]byte{recBuffer}, 1<<40))
 	f.Add([]byte{recPlainBuffer, 0})
+	f.Add(voidRecord(epochRange{4, 9}))
+	f.Add(eraRecord(2, 10))
+	f.Add(floorRecord(7))
+	f.Add(ddl)
+	f.Add([]byte{recOldMark, 1})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		kind, e, err := recordHeader(b)
+		r, err := decodeRecord(b)
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
 		}
-		switch kind {
+		var again []byte
+		switch r.kind {
 		case recMark:
-			if v, n := binary.Uvarint(b[1:]); e >= MaxEpoch || v != e || len(b) != 1+n {
-				t.Fatalf("mark %d from %x", e, b)
+			again = markRecord(r.logger, r.x)
+		case recVoid:
+			again = voidRecord(epochRange{r.epoch, r.x})
+		case recEra:
+			again = eraRecord(r.logger, r.epoch)
+		case recFloor:
+			again = floorRecord(r.epoch)
+		case recDDL:
+			if again, err = ddlRecord(r.epoch, r.op); err != nil {
+				t.Fatal(err)
 			}
 		case recBuffer, recPlainBuffer:
-			if e == 0 || e > MaxEpoch {
-				t.Fatalf("buffer of epoch %d", e)
+			if r.epoch == 0 || r.epoch > MaxEpoch {
+				t.Fatalf("buffer of epoch %d", r.epoch)
 			}
+			return
 		default:
-			t.Fatalf("kind %d accepted", kind)
+			t.Fatalf("kind %d accepted", r.kind)
+		}
+		if r2, err := decodeRecord(again); err != nil || !reflect.DeepEqual(r, r2) {
+			t.Fatalf("%v re-encoded decodes to %v, %v", r, r2, err)
 		}
 	})
 }
 
-// FuzzCatalog reads arbitrary bytes as catalog.json. A catalog that
-// decodes re-encodes to one that decodes the same, and loading it either
-// succeeds or is a *CorruptionError.
-func FuzzCatalog(f *testing.F) {
+// FuzzCatalogChunk reads arbitrary bytes as the catalog a checkpoint
+// begins with: it decodes and restores, or is refused as malformed, and a
+// restored catalog snapshots to what restores the same.
+func FuzzCatalogChunk(f *testing.F) {
 	db := fuzzDB(f)
-	db.cat.mu.Lock()
-	good, err := encodeCatalog(db.cat.fileLocked())
-	db.cat.mu.Unlock()
+	db.cat.mu.RLock()
+	good, err := json.Marshal(db.cat.snapshotLocked(1))
+	db.cat.mu.RUnlock()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good)
-	f.Add([]byte(`{"version":1,"next_table_id":1,"namespaces":[],"tables":[],"loggers":1}`))
-	f.Add([]byte(`{"version":2,"crc32c":0,"catalog":{}}`))
+	f.Add(append([]byte{chunkCatalog}, good...))
+	f.Add([]byte{chunkCatalog, '{', '}'})
+	f.Add([]byte(`{"next_table_id":1,"namespaces":[],"tables":[],"loggers":1}`))
 	f.Add([]byte("not json"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cf, legacy, err := decodeCatalog(b)
-		var corrupt *CorruptionError
-		if err != nil {
-			if !errors.As(err, &corrupt) {
+		var snap catalogSnapshot
+		if err := decodeCatalogChunk(b, &snap); err != nil {
+			if !errors.Is(err, errMalformed) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
 		}
-		if !legacy {
-			again, err := encodeCatalog(cf)
-			if err != nil {
-				t.Fatal(err)
+		var c catalog
+		if err := c.restore(snap); err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("restore: untyped error %v", err)
 			}
-			cf2, legacy2, err := decodeCatalog(again)
-			if err != nil || legacy2 || !reflect.DeepEqual(cf, cf2) {
-				t.Fatalf("re-encoded catalog decodes to %+v, %v, %v; was %+v", cf2, legacy2, err, cf)
-			}
+			return
 		}
-		fresh := &DB{cfg: Config{Dir: "/c"}, fs: vfs.NewMem()}
-		fresh.cat.init()
-		if err := fresh.fs.MkdirAll("/c", 0o755); err != nil {
-			t.Fatal(err)
+		c.mu.RLock()
+		again := c.snapshotLocked(snap.Loggers)
+		c.mu.RUnlock()
+		var c2 catalog
+		if err := c2.restore(again); err != nil {
+			t.Fatalf("a restored catalog's snapshot does not restore: %v", err)
 		}
-		w, _ := fresh.fs.Create("/c/"+catalogName, vfs.WriteCategoryUnspecified)
-		w.Write(bytes.Clone(b)) // a race build's MemFS mangles what it was given to write
-		w.Close()
-		if _, err := fresh.loadCatalog(); err != nil && !errors.As(err, &corrupt) {
-			t.Fatalf("load: untyped error %v", err)
+		c2.mu.RLock()
+		defer c2.mu.RUnlock()
+		if !reflect.DeepEqual(again, c2.snapshotLocked(snap.Loggers)) {
+			t.Fatalf("snapshot %+v restores differently", again)
 		}
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -82,66 +81,56 @@ func TestNewestDeltaMissing(t *testing.T) {
 	c.db.Close()
 }
 
-// TestCatalogChecksum: a catalog edited or damaged in any way is refused
-// as corrupt; one of the version before checksums opens and is rewritten
-// with one.
-func TestCatalogChecksum(t *testing.T) {
-	c := chainOf(t, 1)
-	orig := readFile(t, c.fs, "/db/catalog.json")
-	for what, edit := range map[string]func([]byte) []byte{
-		"one word":    func(b []byte) []byte { return bytes.Replace(b, []byte(`"versions"`), []byte(`"versionz"`), 1) },
-		"not json":    func([]byte) []byte { return []byte("not json") },
-		"cut":         func(b []byte) []byte { return b[:len(b)/2] },
-		"empty":       func([]byte) []byte { return nil },
-		"checksum":    func(b []byte) []byte { return bytes.Replace(b, []byte(`"crc32c": `), []byte(`"crc32c": 1`), 1) },
-		"old version": func(b []byte) []byte { return bytes.Replace(b, []byte(`"version": 2`), []byte(`"version": 1`), 1) },
-	} {
-		writeFile(t, c.fs, "/db/catalog.json", edit(bytes.Clone(orig)))
-		db, err := engine.Open(c.cfg)
-		var ce *engine.CorruptionError
-		if !errors.As(err, &ce) || ce.File != "catalog.json" {
+// TestOldLayoutRefused: a data directory of the older format (catalog.json
+// and a log per logger) is refused with ErrOldLayout, not opened empty
+// beside it.
+func TestOldLayoutRefused(t *testing.T) {
+	for _, name := range []string{"catalog.json", "log-0"} {
+		fs := vfs.NewMem()
+		if err := fs.MkdirAll("/db", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if name == "log-0" {
+			if err := fs.MkdirAll("/db/log-0", 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			writeFile(t, fs, "/db/"+name, []byte(`{"version":2}`))
+		}
+		db, err := engine.Open(engine.Config{Dir: "/db", FS: fs, CheckpointInterval: -1})
+		if !errors.Is(err, engine.ErrOldLayout) {
 			if err == nil {
 				db.Close()
 			}
-			t.Fatalf("%s: Open returned %v, want a CorruptionError of catalog.json", what, err)
+			t.Fatalf("with %s: Open returned %v, want ErrOldLayout", name, err)
 		}
 	}
-
-	// A catalog of version 1: the inner catalog alone, no envelope.
-	var env struct {
-		Catalog map[string]any `json:"catalog"`
-	}
-	if err := json.Unmarshal(orig, &env); err != nil {
-		t.Fatal(err)
-	}
-	env.Catalog["version"] = 1
-	old, _ := json.Marshal(env.Catalog)
-	writeFile(t, c.fs, "/db/catalog.json", old)
-	c.open()
-	c.check("from a catalog of version 1")
-	c.db.Close()
-	if now := readFile(t, c.fs, "/db/catalog.json"); !bytes.Contains(now, []byte(`"crc32c"`)) {
-		t.Fatalf("the catalog of version 1 was not rewritten with a checksum:\n%s", now)
-	}
-	c.open()
-	c.check("from the rewritten catalog")
-	c.db.Close()
 }
 
-// TestCatalogMissing: a data directory with checkpoints and logs but no
-// catalog is refused; it would otherwise open empty.
-func TestCatalogMissing(t *testing.T) {
-	c := chainOf(t, 1)
-	if err := c.fs.Remove("/db/catalog.json"); err != nil {
+// TestCatalogInCheckpoints: the catalog is in the log and in every
+// checkpoint. Opened from the checkpoints alone, the log removed, every
+// table is there; a checkpoint damaged where its catalog is, is refused as
+// corrupt.
+func TestCatalogInCheckpoints(t *testing.T) {
+	c := chainOf(t, 2)
+	c.open()
+	if _, err := c.db.Checkpoint(context.Background()); err != nil { // after the last write
 		t.Fatal(err)
 	}
+	c.reopen(true)
+	c.check("from the checkpoints alone")
+	c.db.Close()
+	name := "/db/" + c.newest("delta-")
+	buf := readFile(t, c.fs, name)
+	buf[20] ^= 0x40 // inside the first chunk: the catalog
+	writeFile(t, c.fs, name, buf)
 	db, err := engine.Open(c.cfg)
 	var ce *engine.CorruptionError
-	if !errors.As(err, &ce) || ce.File != "catalog.json" {
+	if !errors.As(err, &ce) || !strings.HasPrefix(name, "/db/"+ce.File) {
 		if err == nil {
 			db.Close()
 		}
-		t.Fatalf("Open without a catalog returned %v, want a CorruptionError of catalog.json", err)
+		t.Fatalf("Open with a damaged catalog: %v, want a CorruptionError of %s", err, name)
 	}
 }
 
@@ -208,7 +197,7 @@ func (f *crashAtFS) taken() *vfs.MemFS {
 }
 
 func (f *crashAtFS) gone(name string) {
-	if strings.Contains(name, "/log-") && strings.HasSuffix(name, ".wal") {
+	if strings.Contains(name, "/log/") && strings.HasSuffix(name, ".wal") {
 		f.mu.Lock()
 		f.removed = f.removed || f.armed
 		f.mu.Unlock()
@@ -255,24 +244,24 @@ func (d *crashAtDir) Sync() error {
 // Open and reported in Recovery, with where it was.
 func TestRecoveryReportsTornTail(t *testing.T) {
 	c := chainOf(t, 1)
-	names, _ := c.fs.List("/db/log-0")
+	names, _ := c.fs.List("/db/log")
 	last := ""
 	for _, n := range names {
 		if strings.HasSuffix(n, ".wal") && n > last {
 			last = n
 		}
 	}
-	buf := readFile(t, c.fs, "/db/log-0/"+last)
+	buf := readFile(t, c.fs, "/db/log/"+last)
 	end := len(bytes.TrimRight(buf, "\x00"))
 	// Half a frame of a record never synced: garbage where the next
 	// header goes.
 	copy(buf[end:], []byte{0xde, 0xad, 0xbe, 0xef, 9, 9, 9, 9, 2, 1})
-	writeFile(t, c.fs, "/db/log-0/"+last, buf)
+	writeFile(t, c.fs, "/db/log/"+last, buf)
 	c.open()
 	defer c.db.Close()
 	c.check("after the torn tail was cut")
 	rec := c.db.Recovery()
-	if len(rec.TornTails) != 1 || rec.TornTails[0].Log != 0 || rec.TornTails[0].Bytes != 10 || !strings.Contains(rec.TornTails[0].Detail, last) || !rec.Dropped() {
+	if len(rec.TornTails) != 1 || rec.TornTails[0].Bytes != 10 || !strings.Contains(rec.TornTails[0].Detail, last) || !rec.Dropped() {
 		t.Fatalf("recovery %+v; want one torn tail of 10 bytes in %s", rec, last)
 	}
 	if rec.Checkpoints != 1 || rec.Records == 0 {
@@ -320,7 +309,7 @@ func TestRecoveryReportsVoidRecords(t *testing.T) {
 		t.Fatalf("a clean stop dropped %+v", rec)
 	}
 	c.db.Close()
-	l, err := wal.Open(wal.Config{Dir: "/db/log-0", FS: c.fs, SegmentSize: c.cfg.LogSegmentSize, Policy: wal.BatchPolicy()})
+	l, err := wal.Open(wal.Config{Dir: "/db/log", FS: c.fs, SegmentSize: c.cfg.LogSegmentSize, Policy: wal.BatchPolicy()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	lg := db.loggers[0]
-	start := lg.sink.LastIndex()
+	start := db.logLast.Load()
 	value := storage.Blob(make([]byte, 1000))
 	k := int64(0)
 	// commitUntil commits over 1,000 bytes at a time until done; the bound
@@ -35,7 +35,7 @@ func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
 		for most := k + 2*bytes/1000; !done(); k++ {
 			if k > most {
 				t.Fatalf("%d bytes wait after %d commits of 1,000 bytes; the log has %d records more",
-					lg.pending.Load(), k, lg.sink.LastIndex()-start)
+					lg.pending.Load(), k, db.logLast.Load()-start)
 			}
 			x := db.BeginRaw()
 			x.Write(h, h.PartitionKey(storage.BigInt(k)), []storage.Value{value})
@@ -49,14 +49,14 @@ func TestOpenEpochBuffersWaitForABatch(t *testing.T) {
 	queued := lg.pending.Load()
 	lg.poke() // as anything else may: a wake is no reason to write
 	time.Sleep(200 * time.Millisecond)
-	if got := lg.sink.LastIndex(); got != start {
+	if got := db.logLast.Load(); got != start {
 		t.Fatalf("the logger wrote %d records for %d bytes of buffers, below a batch of %d",
 			got-start, queued, batch)
 	}
 	// A batch: the logger, poked by the handoff that completes it, may
 	// write and release it before the loop looks at pending again.
-	commitUntil(func() bool { return lg.pending.Load() >= batch || lg.sink.LastIndex() != start }, batch/2)
-	for deadline := time.Now().Add(10 * time.Second); lg.sink.LastIndex() == start; time.Sleep(time.Millisecond) {
+	commitUntil(func() bool { return lg.pending.Load() >= batch || db.logLast.Load() != start }, batch/2)
+	for deadline := time.Now().Add(10 * time.Second); db.logLast.Load() == start; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a batch of %d bytes waits for the epoch's close", lg.pending.Load())
 		}

@@ -1,61 +1,22 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"sort"
 	"sync"
 
-	"github.com/cockroachdb/errors/oserror"
-
-	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// The catalog (namespaces, tables and their ids) lives in one JSON file,
-// catalog.json, replaced atomically (write a temporary file, fsync,
-// rename, fsync the directory) by every DDL before the DDL returns. DDL is
-// rare, so it is not logged with the data: table ids are never reused, and
-// log records and checkpoint rows of a table the catalog no longer has are
-// skipped. The file also holds the void epoch ranges (see recover.go) and
-// the log floor (see Checkpoint).
-//
-// The file is an envelope (catalogEnvelope): the catalog itself, and the
-// CRC-32C of its compact JSON encoding. A catalog that fails its checksum
-// is refused: an edit or a damaged block must not open as an empty or
-// different database. (Catalogs written before the envelope, version 1,
-// are read without a checksum and rewritten in the envelope at Open.)
-
-const (
-	catalogName    = "catalog.json"
-	catalogVersion = 2
-)
-
-type catalogEnvelope struct {
-	Version int             `json:"version"`
-	CRC32C  uint32          `json:"crc32c"`
-	Catalog json.RawMessage `json:"catalog"`
-}
-
-type catalogFile struct {
-	Version    int            `json:"version"`
-	NextID     uint64         `json:"next_table_id"`
-	Namespaces []string       `json:"namespaces"`
-	Tables     []catalogTable `json:"tables"`
-	Void       []epochRange   `json:"void_epochs,omitempty"`
-	// Loggers is the number of logs the data is spread over; opening with
-	// another Config.Loggers is refused.
-	Loggers int `json:"loggers"`
-	// LogFloor is the start of the checkpoint the logs were last truncated
-	// for: records of earlier epochs may be gone from them, so recovery
-	// needs a checkpoint chain that starts at this epoch or later.
-	LogFloor uint64 `json:"log_floor,omitempty"`
-}
+// The catalog (namespaces, tables and their ids) changes only through DDL
+// records in the log (records.go): a DDL is logged, made durable, and then
+// applied, by the same step every replica applies it with (apply.go).
+// Each checkpoint holds the catalog as of its start (catalogSnapshot), so
+// that the log before it can be truncated. Table ids are never reused:
+// log records and checkpoint rows of a table the catalog no longer has
+// are skipped, and applying a DDL record twice (once in a checkpoint's
+// snapshot, once from the log after it) changes nothing the second time.
 
 type catalogTable struct {
 	ID     uint64         `json:"id"`
@@ -74,9 +35,6 @@ type catalog struct {
 		namespaces map[string]map[string]*table
 		byID       map[uint64]*table
 		nextID     uint64
-		void       []epochRange
-		loggers    int
-		logFloor   uint64
 	}
 }
 
@@ -116,6 +74,10 @@ func (c *catalog) byID(id uint64) *table {
 func (c *catalog) tables() []*table {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.tablesLocked()
+}
+
+func (c *catalog) tablesLocked() []*table {
 	out := make([]*table, 0, len(c.mu.byID))
 	for _, t := range c.mu.byID {
 		out = append(out, t)
@@ -124,145 +86,139 @@ func (c *catalog) tables() []*table {
 	return out
 }
 
-func (c *catalog) voidRanges() []epochRange {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return append([]epochRange(nil), c.mu.void...)
+// ddlOp is one catalog change, as a DDL record holds it.
+type ddlOp struct {
+	Op        string         `json:"op"` // one of the ddl* names
+	Namespace string         `json:"namespace"`
+	ID        uint64         `json:"id,omitempty"`     // the table's id (create_table, drop_table)
+	Schema    *storage.Table `json:"schema,omitempty"` // create_table
 }
 
-func (c *catalog) fileLocked() catalogFile {
-	f := catalogFile{Version: catalogVersion, NextID: c.mu.nextID, Void: c.mu.void, Loggers: c.mu.loggers, LogFloor: c.mu.logFloor}
-	for ns := range c.mu.namespaces {
-		f.Namespaces = append(f.Namespaces, ns)
-	}
-	sort.Strings(f.Namespaces)
-	for id, t := range c.mu.byID {
-		f.Tables = append(f.Tables, catalogTable{ID: id, Schema: t.schema})
-	}
-	sort.Slice(f.Tables, func(i, j int) bool { return f.Tables[i].ID < f.Tables[j].ID })
-	return f
-}
+const (
+	ddlCreateNamespace = "create_namespace"
+	ddlDropNamespace   = "drop_namespace"
+	ddlCreateTable     = "create_table"
+	ddlDropTable       = "drop_table"
+)
 
-// saveCatalogLocked writes the catalog file durably. A failure leaves the
-// old file in place; the caller undoes its in-memory change.
-func (db *DB) saveCatalogLocked() error {
-	data, err := encodeCatalog(db.cat.fileLocked())
-	if err != nil {
+// check checks what a DDL record says by itself.
+func (op ddlOp) check() error {
+	if err := storage.CheckNamespaceName(op.Namespace); err != nil {
 		return err
 	}
-	return vfsutil.WriteFileAtomic(db.fs, db.cfg.Dir, catalogName, data, nil)
-}
-
-// encodeCatalog returns the catalog file's bytes: the envelope, indented
-// for people to read, with the checksum of the catalog's compact encoding.
-func encodeCatalog(f catalogFile) ([]byte, error) {
-	body, err := json.Marshal(f)
-	if err != nil {
-		return nil, err
-	}
-	return json.MarshalIndent(catalogEnvelope{Version: catalogVersion, CRC32C: crc32.Checksum(body, crcTable), Catalog: body}, "", "  ")
-}
-
-// decodeCatalog checks and decodes a catalog file's bytes. It reports
-// whether the file was of version 1, which has no checksum.
-func decodeCatalog(data []byte) (cf catalogFile, legacy bool, err error) {
-	corrupt := func(format string, args ...any) error {
-		return &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf(format, args...)}
-	}
-	var env catalogEnvelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return cf, false, corrupt("%v", err)
-	}
-	body := []byte(env.Catalog)
-	switch {
-	case env.Version == 1 && env.Catalog == nil:
-		body, legacy = data, true
-	case env.Version != catalogVersion:
-		return cf, false, corrupt("unknown version %d", env.Version)
+	switch op.Op {
+	case ddlCreateNamespace, ddlDropNamespace:
+		if op.ID != 0 || op.Schema != nil {
+			return fmt.Errorf("%s with a table", op.Op)
+		}
+	case ddlCreateTable:
+		if op.ID == 0 || op.Schema == nil || op.Schema.Namespace != op.Namespace {
+			return fmt.Errorf("create_table %d without its schema", op.ID)
+		}
+		return op.Schema.Validate()
+	case ddlDropTable:
+		if op.ID == 0 || op.Schema != nil {
+			return fmt.Errorf("drop_table of table %d", op.ID)
+		}
 	default:
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, body); err != nil {
-			return cf, false, corrupt("%v", err)
-		}
-		if got := crc32.Checksum(compact.Bytes(), crcTable); got != env.CRC32C {
-			return cf, false, corrupt("checksum mismatch: the file says %08x, its catalog hashes to %08x", env.CRC32C, got)
-		}
+		return fmt.Errorf("unknown operation %q", op.Op)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cf); err != nil {
-		return cf, false, corrupt("%v", err)
-	}
-	if want := map[bool]int{true: 1, false: catalogVersion}[legacy]; cf.Version != want {
-		return cf, false, corrupt("catalog of version %d in a file of version %d", cf.Version, want)
-	}
-	if cf.NextID == 0 || cf.Loggers < 0 || cf.Loggers > 64 {
-		return cf, false, corrupt("next table id %d, %d loggers", cf.NextID, cf.Loggers)
-	}
-	for _, r := range cf.Void {
-		if r.From == 0 || r.From > r.To || r.To > MaxEpoch {
-			return cf, false, corrupt("void epochs %d..%d", r.From, r.To)
-		}
-	}
-	if cf.LogFloor > MaxEpoch {
-		return cf, false, corrupt("log floor %d", cf.LogFloor)
-	}
-	return cf, legacy, nil
+	return nil
 }
 
-// loadCatalog reads catalog.json. It reports whether there was one, and
-// rewrites one of version 1 with a checksum.
-func (db *DB) loadCatalog() (found bool, err error) {
-	f, err := db.fs.Open(db.fs.PathJoin(db.cfg.Dir, catalogName))
-	if oserror.IsNotExist(err) {
-		return false, nil
+// applyLocked applies a checked DDL operation. It is idempotent: a change
+// already made (a checkpoint's snapshot holds it) changes nothing. One
+// that contradicts the catalog (a table in a namespace that does not
+// exist, a namespace dropped with tables in it) is an error. Called with
+// mu held.
+func (c *catalog) applyLocked(op ddlOp) error {
+	tabs, nsOK := c.mu.namespaces[op.Namespace]
+	switch op.Op {
+	case ddlCreateNamespace:
+		if !nsOK {
+			c.mu.namespaces[op.Namespace] = map[string]*table{}
+		}
+	case ddlDropNamespace:
+		if len(tabs) > 0 {
+			return fmt.Errorf("namespace %s dropped with %d tables", op.Namespace, len(tabs))
+		}
+		delete(c.mu.namespaces, op.Namespace)
+	case ddlCreateTable:
+		c.mu.nextID = max(c.mu.nextID, op.ID+1)
+		if c.mu.byID[op.ID] != nil {
+			return nil
+		}
+		if !nsOK {
+			return fmt.Errorf("table %d created in namespace %s, which does not exist", op.ID, op.Namespace)
+		}
+		if tabs[op.Schema.Name] != nil {
+			return fmt.Errorf("table %d created as %s.%s, which exists", op.ID, op.Namespace, op.Schema.Name)
+		}
+		t := newTable(op.ID, op.Schema.Clone())
+		tabs[op.Schema.Name] = t
+		c.mu.byID[op.ID] = t
+	case ddlDropTable:
+		t := c.mu.byID[op.ID]
+		if t == nil {
+			return nil
+		}
+		delete(c.mu.namespaces[t.schema.Namespace], t.schema.Name)
+		delete(c.mu.byID, op.ID)
+		t.dropped.Store(true)
 	}
-	if err != nil {
-		return false, err
+	return nil
+}
+
+// catalogSnapshot is the catalog as a checkpoint holds it, with the
+// logger count of the era the checkpoint was taken in (the log after it
+// may no longer hold that era's record).
+type catalogSnapshot struct {
+	NextID     uint64         `json:"next_table_id"`
+	Namespaces []string       `json:"namespaces"`
+	Tables     []catalogTable `json:"tables"`
+	Loggers    int            `json:"loggers"`
+}
+
+func (c *catalog) snapshotLocked(loggers int) catalogSnapshot {
+	s := catalogSnapshot{NextID: c.mu.nextID, Namespaces: []string{}, Tables: []catalogTable{}, Loggers: loggers}
+	for ns := range c.mu.namespaces {
+		s.Namespaces = append(s.Namespaces, ns)
 	}
-	data, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
-		return false, err
+	sort.Strings(s.Namespaces)
+	for _, t := range c.tablesLocked() {
+		s.Tables = append(s.Tables, catalogTable{ID: t.id, Schema: t.schema})
 	}
-	cf, legacy, err := decodeCatalog(data)
-	if err != nil {
-		return false, err
+	return s
+}
+
+// restore replaces the catalog by a snapshot, checking it as untrusted.
+func (c *catalog) restore(s catalogSnapshot) error {
+	if s.NextID == 0 || s.Loggers < 1 || s.Loggers > maxLoggers {
+		return malformed("catalog: next table id %d, %d loggers", s.NextID, s.Loggers)
 	}
-	c := &db.cat
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mu.nextID = cf.NextID
-	c.mu.void = cf.Void
-	c.mu.loggers = cf.Loggers
-	c.mu.logFloor = cf.LogFloor
-	for _, ns := range cf.Namespaces {
-		if err := storage.CheckNamespaceName(ns); err != nil {
-			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("namespace %q: %v", ns, err)}
-		}
-		c.mu.namespaces[ns] = map[string]*table{}
-	}
-	for _, ct := range cf.Tables {
-		if ct.Schema == nil || ct.Schema.Validate() != nil || ct.ID == 0 || ct.ID >= cf.NextID || c.mu.byID[ct.ID] != nil {
-			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("bad table %d", ct.ID)}
-		}
-		tabs, ok := c.mu.namespaces[ct.Schema.Namespace]
-		if !ok {
-			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("table %d in unknown namespace %q", ct.ID, ct.Schema.Namespace)}
-		}
-		if tabs[ct.Schema.Name] != nil {
-			return false, &CorruptionError{File: catalogName, Offset: -1, Err: fmt.Errorf("two tables %s.%s", ct.Schema.Namespace, ct.Schema.Name)}
-		}
-		t := newTable(ct.ID, ct.Schema)
-		tabs[ct.Schema.Name] = t
-		c.mu.byID[ct.ID] = t
-	}
-	if legacy {
-		if err := db.saveCatalogLocked(); err != nil {
-			return false, fmt.Errorf("engine: rewriting %s with a checksum: %w", catalogName, err)
+	c.init()
+	c.mu.nextID = s.NextID
+	for _, ns := range s.Namespaces {
+		if err := c.applyLocked(ddlOp{Op: ddlCreateNamespace, Namespace: ns}); err != nil {
+			return malformed("catalog: %v", err)
 		}
 	}
-	return true, nil
+	for _, ct := range s.Tables {
+		if ct.Schema == nil {
+			return malformed("catalog: table %d without a schema", ct.ID)
+		}
+		op := ddlOp{Op: ddlCreateTable, Namespace: ct.Schema.Namespace, ID: ct.ID, Schema: ct.Schema}
+		if err := op.check(); err != nil || ct.ID >= s.NextID || c.mu.byID[ct.ID] != nil {
+			return malformed("catalog: bad table %d (%v)", ct.ID, err)
+		}
+		if err := c.applyLocked(op); err != nil {
+			return malformed("catalog: %v", err)
+		}
+	}
+	c.mu.nextID = s.NextID
+	return nil
 }
 
 // ---- storage.Admin ----------------------------------------------------------
@@ -274,67 +230,62 @@ func (db *DB) checkOpen(op string) error {
 	return nil
 }
 
-// ddl runs fn on the catalog under its lock and saves the result; if the
-// save fails, undo restores the in-memory catalog.
-func (db *DB) ddl(op string, fn func() (undo func(), err error)) error {
-	if err := db.checkOpen(op); err != nil {
+// ddl makes one catalog change: under the catalog's lock, build checks
+// it against the catalog and describes it; the change is logged and made
+// durable, and then applied as every replica applies it. A change whose
+// record may or may not have reached the log (the log failed) is
+// ErrCommitUnknown, and the engine has failed.
+func (db *DB) ddl(opName string, build func() (ddlOp, error)) error {
+	if err := db.usable(opName); err != nil {
 		return err
 	}
 	c := &db.cat
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	undo, err := fn()
+	op, err := build()
 	if err != nil {
 		return err
 	}
-	if err := db.saveCatalogOrUndo(undo); err != nil {
-		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Detail: "writing the catalog", Cause: err}
+	if db.cfg.Log == LogWAL {
+		rec, err := ddlRecord(db.epoch.Load(), op)
+		if err != nil {
+			return err
+		}
+		if err := db.logDDL(rec); err != nil {
+			return &storage.Error{Kind: storage.ErrCommitUnknown, Op: opName, Detail: "logging the catalog change", Cause: err}
+		}
+	}
+	if err := c.applyLocked(op); err != nil {
+		// The record is durable and every replica will fail on it too.
+		db.fail(fmt.Errorf("catalog change %s: %w", op.Op, err))
+		return &storage.Error{Kind: storage.ErrUnavailable, Op: opName, Cause: err}
 	}
 	return nil
-}
-
-// saveCatalogOrUndo writes the catalog; if that fails, it calls undo to
-// restore the catalog in memory — unless the new catalog was already renamed
-// into place. The disk may then hold the change, and undoing it in memory
-// would let commits to a dropped table be acknowledged that recovery then
-// skips, so the engine fails instead. Called with cat.mu held.
-func (db *DB) saveCatalogOrUndo(undo func()) error {
-	err := db.saveCatalogLocked()
-	switch {
-	case err == nil:
-	case errors.Is(err, vfsutil.ErrRenamed):
-		db.fail(fmt.Errorf("catalog written, directory not synced: %w", err))
-	default:
-		undo()
-	}
-	return err
 }
 
 func (db *DB) CreateNamespace(ctx context.Context, name string) error {
 	if err := storage.CheckNamespaceName(name); err != nil {
 		return err
 	}
-	return db.ddl("create namespace", func() (func(), error) {
+	return db.ddl("create namespace", func() (ddlOp, error) {
 		if _, ok := db.cat.mu.namespaces[name]; ok {
-			return nil, &storage.Error{Kind: storage.ErrNamespaceExists, Op: "create namespace", Namespace: name}
+			return ddlOp{}, &storage.Error{Kind: storage.ErrNamespaceExists, Op: "create namespace", Namespace: name}
 		}
-		db.cat.mu.namespaces[name] = map[string]*table{}
-		return func() { delete(db.cat.mu.namespaces, name) }, nil
+		return ddlOp{Op: ddlCreateNamespace, Namespace: name}, nil
 	})
 }
 
 func (db *DB) DropNamespace(ctx context.Context, name string) error {
-	return db.ddl("drop namespace", func() (func(), error) {
+	return db.ddl("drop namespace", func() (ddlOp, error) {
 		tabs, ok := db.cat.mu.namespaces[name]
 		if !ok {
-			return nil, &storage.Error{Kind: storage.ErrNamespaceNotFound, Op: "drop namespace", Namespace: name}
+			return ddlOp{}, &storage.Error{Kind: storage.ErrNamespaceNotFound, Op: "drop namespace", Namespace: name}
 		}
 		if len(tabs) > 0 {
-			return nil, &storage.Error{Kind: storage.ErrNamespaceNotEmpty, Op: "drop namespace", Namespace: name,
+			return ddlOp{}, &storage.Error{Kind: storage.ErrNamespaceNotEmpty, Op: "drop namespace", Namespace: name,
 				Detail: fmt.Sprintf("%d tables", len(tabs))}
 		}
-		delete(db.cat.mu.namespaces, name)
-		return func() { db.cat.mu.namespaces[name] = tabs }, nil
+		return ddlOp{Op: ddlDropNamespace, Namespace: name}, nil
 	})
 }
 
@@ -360,43 +311,26 @@ func (db *DB) CreateTable(ctx context.Context, t *storage.Table) error {
 		return err
 	}
 	schema := t.Clone()
-	return db.ddl("create table", func() (func(), error) {
+	return db.ddl("create table", func() (ddlOp, error) {
 		c := &db.cat
 		tabs, ok := c.mu.namespaces[schema.Namespace]
 		if !ok {
-			return nil, &storage.Error{Kind: storage.ErrNamespaceNotFound, Op: "create table", Namespace: schema.Namespace, Table: schema.Name}
+			return ddlOp{}, &storage.Error{Kind: storage.ErrNamespaceNotFound, Op: "create table", Namespace: schema.Namespace, Table: schema.Name}
 		}
 		if _, ok := tabs[schema.Name]; ok {
-			return nil, &storage.Error{Kind: storage.ErrTableExists, Op: "create table", Namespace: schema.Namespace, Table: schema.Name}
+			return ddlOp{}, &storage.Error{Kind: storage.ErrTableExists, Op: "create table", Namespace: schema.Namespace, Table: schema.Name}
 		}
-		id := c.mu.nextID
-		nt := newTable(id, schema)
-		c.mu.nextID++
-		tabs[schema.Name] = nt
-		c.mu.byID[id] = nt
-		return func() {
-			delete(tabs, schema.Name)
-			delete(c.mu.byID, id)
-			c.mu.nextID--
-		}, nil
+		return ddlOp{Op: ddlCreateTable, Namespace: schema.Namespace, ID: c.mu.nextID, Schema: schema}, nil
 	})
 }
 
 func (db *DB) DropTable(ctx context.Context, ns, name string) error {
-	return db.ddl("drop table", func() (func(), error) {
-		c := &db.cat
+	return db.ddl("drop table", func() (ddlOp, error) {
 		t, err := db.lookupLocked("drop table", ns, name)
 		if err != nil {
-			return nil, err
+			return ddlOp{}, err
 		}
-		delete(c.mu.namespaces[ns], name)
-		delete(c.mu.byID, t.id)
-		t.dropped.Store(true)
-		return func() {
-			c.mu.namespaces[ns][name] = t
-			c.mu.byID[t.id] = t
-			t.dropped.Store(false)
-		}, nil
+		return ddlOp{Op: ddlDropTable, Namespace: ns, ID: t.id}, nil
 	})
 }
 

@@ -13,17 +13,16 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// TestCatalogRenamedButNotSynced: a DDL whose new catalog was renamed into
-// place but whose directory sync failed may be on disk already (the next
-// directory sync makes it durable). Undoing it in memory would let the
-// engine acknowledge commits to a dropped table that recovery then skips;
-// the engine fails instead, and acknowledges nothing more.
-func TestCatalogRenamedButNotSynced(t *testing.T) {
+// TestCatalogChangeLogFailure: a DDL is logged and made durable before
+// it takes effect. If the log's fsync fails under it, the change may or
+// may not be durable: the DDL reports ErrCommitUnknown, the engine fails
+// (an fsync error is never retried), and nothing more is acknowledged.
+func TestCatalogChangeLogFailure(t *testing.T) {
 	var armed atomic.Bool
-	errDirSync := errors.New("injected directory sync failure")
+	errSync := errors.New("injected fdatasync failure")
 	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if armed.Load() && op.Kind == errorfs.OpFileSync && op.Path == "/db" {
-			return errDirSync
+		if armed.Load() && op.Kind == errorfs.OpFileSyncData {
+			return errSync
 		}
 		return nil
 	}))
@@ -43,13 +42,14 @@ func TestCatalogRenamedButNotSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	armed.Store(true)
-	if err := db.DropTable(ctx, "t", "t"); !errors.Is(err, errDirSync) {
-		t.Fatalf("drop with a failing directory sync: %v", err)
+	if err := db.DropTable(ctx, "t", "t"); !errors.Is(err, storage.ErrCommitUnknown) || !errors.Is(err, errSync) {
+		t.Fatalf("drop with a failing log: %v, want ErrCommitUnknown from the fsync", err)
 	}
 	armed.Store(false)
-	// The engine has failed: no commit is acknowledged, even to a table
-	// the drop did not touch (the dropped one is gone either way).
 	if err := put("other", 2); !errors.Is(err, ErrFailed) {
-		t.Fatalf("a commit after a catalog that may be durable was not synced: %v, want ErrFailed", err)
+		t.Fatalf("a commit after the log failed: %v, want ErrFailed", err)
+	}
+	if _, err := db.DescribeTable(ctx, "t", "t"); err != nil {
+		t.Fatalf("the table whose drop is unknown is gone from memory: %v", err)
 	}
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -28,7 +30,8 @@ import (
 //	                       record as a tombstone
 //
 //	chunk   = u32 LE length | u32 LE CRC-32C of payload | payload
-//	payload = 1 entry*                                    (a data chunk, ≤ ~1 MiB)
+//	payload = 3 json(catalogSnapshot)                     (the catalog, first)
+//	        | 1 entry*                                    (a data chunk, ≤ ~1 MiB)
 //	        | 2 magic uvarint(Cs) uvarint(Ce) uvarint(rows) [uvarint(B)]  (the trailer, last)
 //	magic   = "kiroku-ckpt" (full) | "kiroku-delta" (delta, with B)
 //	entry   = tid (8 bytes LE) write          (write: see codec.go; a delete only in a delta)
@@ -64,6 +67,7 @@ const (
 	deltaMagic   = "kiroku-delta"
 	chunkData    = 1
 	chunkTrailer = 2
+	chunkCatalog = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -147,7 +151,7 @@ func (db *DB) checkpointLoop() {
 		select {
 		case <-db.closing:
 			return
-		case <-time.After(db.cfg.CheckpointInterval):
+		case <-db.clock.After(db.cfg.CheckpointInterval):
 		case <-db.ckptKick:
 			if !db.ckptDue() {
 				// A logger kicked again before the checkpoint just
@@ -219,7 +223,7 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 	if db.cfg.Log == LogNone {
 		return CheckpointStats{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "checkpoint", Detail: "an engine without a log writes no checkpoints"}
 	}
-	began := time.Now()
+	began := db.clock.Now()
 	if f := testHookCheckpointBegin.Load(); f != nil {
 		(*f)()
 	}
@@ -276,40 +280,16 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		db.chain = ckptChain{last: cs, fullBytes: st.Bytes}
 		db.removeBefore(file)
 	}
-	if err := db.raiseLogFloor(cs); err != nil {
-		// The logs stay whole until a later checkpoint: recovery reads more.
-		db.cfg.Logf("engine: checkpoint: not truncating the logs: %v", err)
-		st.Duration = time.Since(began)
-		return st, nil
+	// The floor record goes first: a recovery that finds the log cut
+	// then knows which checkpoint it needs, and refuses one that lacks it.
+	if err := db.logNow(floorRecord(cs)); err != nil {
+		return st, fmt.Errorf("checkpoint: %w", err)
 	}
-	for _, lg := range db.loggers {
-		if err := lg.truncateBefore(cs); err != nil {
-			return st, fmt.Errorf("truncating log %d: %w", lg.id, err)
-		}
+	if err := db.truncateBefore(cs); err != nil {
+		return st, fmt.Errorf("truncating the log: %w", err)
 	}
-	st.Duration = time.Since(began)
+	st.Duration = db.clock.Since(began)
 	return st, nil
-}
-
-// raiseLogFloor records in the catalog, durably, that the logs are about
-// to lose the records of epochs before cs, a checkpoint's start now in
-// place: recovery then refuses a chain that starts earlier (a checkpoint
-// file lost) instead of replaying a log with a hole. The same write
-// forgets void ranges that end before cs, whose records are truncated or
-// skipped as older than the checkpoint. A catalog renamed into place but
-// not synced fails the engine, as a DDL's does.
-func (db *DB) raiseLogFloor(cs uint64) error {
-	db.cat.mu.Lock()
-	defer db.cat.mu.Unlock()
-	oldFloor, oldVoid := db.cat.mu.logFloor, db.cat.mu.void
-	kept := oldVoid[:0:0]
-	for _, r := range oldVoid {
-		if r.To >= cs {
-			kept = append(kept, r)
-		}
-	}
-	db.cat.mu.logFloor, db.cat.mu.void = max(oldFloor, cs), kept
-	return db.saveCatalogOrUndo(func() { db.cat.mu.logFloor, db.cat.mu.void = oldFloor, oldVoid })
 }
 
 // writeCheckpoint writes checkpoint file to path: every record present, or
@@ -326,12 +306,26 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 			f.Close()
 		}
 	}()
+	// The catalog first, as of the walk's start: the walk covers the
+	// tables it names (DDL holds the catalog's lock while it logs, so
+	// every change of an epoch before Cs is in it).
+	db.cat.mu.RLock()
+	snap, err := json.Marshal(db.cat.snapshotLocked(db.cfg.Loggers))
+	tables := db.cat.tablesLocked()
+	db.cat.mu.RUnlock()
+	if err != nil {
+		return st, err
+	}
 	w := newCkptWriter(f)
-	w.start(chunkData)
+	w.start(chunkCatalog)
+	w.buf = append(w.buf, snap...)
 	next := func(kind byte) error {
 		n, err := w.next(kind)
 		st.Bytes += int64(n)
 		return err
+	}
+	if err := next(chunkData); err != nil {
+		return st, err
 	}
 	// The walk goes ckptBatch records at a time, in stages (see touchRows).
 	batch := make([]ckptRec, 0, ckptBatch)
@@ -370,7 +364,7 @@ func (db *DB) writeCheckpoint(path string, file ckptFile) (CheckpointStats, erro
 		batch = batch[:0]
 		return nil
 	}
-	for _, t := range db.cat.tables() {
+	for _, t := range tables {
 		var werr error
 		add := func(p *partition, r *record) bool {
 			batch = append(batch, ckptRec{p: p, r: r})
@@ -621,14 +615,26 @@ func (db *DB) findChain() ([]ckptFile, error) {
 	return chain, nil
 }
 
-// loadChain loads every file of chain and sets db.chain. It returns the
-// newest file's start and the latest end of any.
-func (db *DB) loadChain(chain []ckptFile) (cs, ce uint64, err error) {
+// loadChain loads every file of chain and sets db.chain: the catalog of
+// the newest file first (rows of tables it no longer has are skipped),
+// then every file's rows. It returns the newest file's start, the latest
+// end of any, and the logger count of the era the newest was taken in.
+func (db *DB) loadChain(chain []ckptFile) (cs, ce uint64, loggers int, err error) {
 	db.chain = ckptChain{}
+	if len(chain) > 0 {
+		snap, err := db.readCatalogChunk(chain[len(chain)-1])
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := db.cat.restore(snap); err != nil {
+			return 0, 0, 0, &CorruptionError{File: chain[len(chain)-1].name(), Err: err}
+		}
+		loggers = snap.Loggers
+	}
 	for _, f := range chain {
 		fcs, fce, rows, size, err := db.loadCheckpoint(f)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		db.cfg.Logf("engine: loaded %s: %d rows, epochs %d..%d", f.name(), rows, fcs, fce)
 		cs, ce = fcs, max(ce, fce)
@@ -644,7 +650,64 @@ func (db *DB) loadChain(chain []ckptFile) (cs, ce uint64, err error) {
 	if len(chain) > 0 {
 		db.removeBefore(chain[0])
 	}
-	return cs, ce, nil
+	return cs, ce, loggers, nil
+}
+
+// readCatalogChunk reads the catalog a checkpoint file begins with.
+func (db *DB) readCatalogChunk(file ckptFile) (catalogSnapshot, error) {
+	var snap catalogSnapshot
+	name := file.name()
+	f, err := db.fs.Open(db.fs.PathJoin(db.cfg.Dir, name))
+	if err != nil {
+		return snap, err
+	}
+	defer f.Close()
+	payload, err := readChunk(f, name, 0)
+	if err != nil {
+		return snap, err
+	}
+	if err := decodeCatalogChunk(payload, &snap); err != nil {
+		return snap, &CorruptionError{File: name, Offset: 0, Err: err}
+	}
+	return snap, nil
+}
+
+// decodeCatalogChunk decodes a catalog chunk's payload (its kind byte
+// first) as untrusted input.
+func decodeCatalogChunk(payload []byte, snap *catalogSnapshot) error {
+	if len(payload) == 0 || payload[0] != chunkCatalog {
+		return malformed("the file does not begin with its catalog (a checkpoint of an older format?)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload[1:]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(snap); err != nil {
+		return malformed("catalog: %v", err)
+	}
+	if dec.More() {
+		return malformed("catalog: data after it")
+	}
+	return nil
+}
+
+// readChunk reads and checks the chunk at the reader's position, off in
+// the file, and returns its payload.
+func readChunk(f io.Reader, name string, off int64) ([]byte, error) {
+	var hdr [8]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return nil, &CorruptionError{File: name, Offset: off, Err: malformed("truncated chunk header (%v)", err)}
+	}
+	n := binary.LittleEndian.Uint32(hdr[0:4])
+	if n == 0 || n > ckptMaxChunk {
+		return nil, &CorruptionError{File: name, Offset: off, Err: malformed("chunk of %d bytes", n)}
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(f, payload); err != nil {
+		return nil, &CorruptionError{File: name, Offset: off, Err: malformed("truncated chunk (%v)", err)}
+	}
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(hdr[4:8]) {
+		return nil, &CorruptionError{File: name, Offset: off, Err: malformed("checksum mismatch")}
+	}
+	return payload, nil
 }
 
 // loadCheckpoint reads a checkpoint and applies its rows, decoding chunks
@@ -694,10 +757,15 @@ func (db *DB) loadCheckpoint(file ckptFile) (cs, ce uint64, rows int, size int64
 			err = corrupt(off, "checksum mismatch")
 			break
 		}
-		switch payload[0] {
-		case chunkData:
+		switch kind := payload[0]; {
+		case off == 0:
+			var snap catalogSnapshot
+			if derr := decodeCatalogChunk(payload, &snap); derr != nil {
+				err = &CorruptionError{File: name, Offset: off, Err: derr}
+			}
+		case kind == chunkData:
 			p.submit(off, payload)
-		case chunkTrailer:
+		case kind == chunkTrailer:
 			d := decoder{b: payload[1:]}
 			magic := ckptMagic
 			if file.delta() {
@@ -718,7 +786,7 @@ func (db *DB) loadCheckpoint(file ckptFile) (cs, ce uint64, rows int, size int64
 			}
 			trailer = true
 		default:
-			err = corrupt(off, "chunk kind %d", payload[0])
+			err = corrupt(off, "chunk kind %d", kind)
 		}
 		off += 8 + int64(n)
 	}

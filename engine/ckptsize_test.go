@@ -40,13 +40,13 @@ func TestCheckpointByLogSize(t *testing.T) {
 	// logSize is the bytes of the log's segment files; each is
 	// LogSegmentSize, filled with zeros before use.
 	logSize := func() int64 {
-		names, err := fs.List("/db/log-0")
+		names, err := fs.List("/db/log")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var n int64
 		for _, name := range names {
-			if st, err := fs.Stat("/db/log-0/" + name); err == nil && strings.HasSuffix(name, ".wal") {
+			if st, err := fs.Stat("/db/log/" + name); err == nil && strings.HasSuffix(name, ".wal") {
 				n += st.Size()
 			}
 		}
@@ -96,7 +96,7 @@ func TestCheckpointByLogSize(t *testing.T) {
 
 	// kept counts the truncated segments the log keeps for reuse.
 	kept := func() int {
-		names, _ := fs.List("/db/log-0")
+		names, _ := fs.List("/db/log")
 		n := 0
 		for _, name := range names {
 			if strings.HasPrefix(name, "recycled-") {

@@ -148,9 +148,9 @@ func TestCheckpointBatchBoundaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only the checkpoint: the log it covers goes.
-	names, _ := fs.List("/db/log-0")
+	names, _ := fs.List("/db/log")
 	for _, n := range names {
-		if err := fs.Remove("/db/log-0/" + n); err != nil {
+		if err := fs.Remove("/db/log/" + n); err != nil {
 			t.Fatal(err)
 		}
 	}

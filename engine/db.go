@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/storage"
@@ -40,15 +41,24 @@ type Config struct {
 	FS vfs.FS
 	// Log is LogWAL or LogNone.
 	Log LogMode
-	// OpenSink opens logger i's sink; nil opens a wal.Log with the batch
-	// policy in Dir/log-<i>. A Raft-backed sink plugs in here.
-	OpenSink func(fs vfs.FS, dir string, i int) (LogSink, error)
-	// LogSegmentSize is the segment size of the default sink's logs, in
+	// OpenSink opens the engine's log; nil opens a wal.Log with the batch
+	// policy in Dir/log. A Raft-backed sink plugs in here.
+	OpenSink func(fs vfs.FS, dir string) (LogSink, error)
+	// LogSegmentSize is the segment size of the default sink's log, in
 	// bytes. 0 means 64 MiB.
 	LogSegmentSize int64
-	// Loggers is the number of logger goroutines, each with its own sink.
+	// Loggers is the number of logger goroutines, each collecting the
+	// buffers of its share of the workers and proposing them to the log.
 	// 0 means 1.
 	Loggers int
+	// LogRoundsInFlight bounds the rounds one logger has proposed to the
+	// log and not yet seen durable: with more than one, a logger collects
+	// and proposes the next round while the log makes the last durable.
+	// 0 means 1.
+	LogRoundsInFlight int
+	// Clock is the engine's time: the epoch ticker, checkpoint intervals,
+	// the logger's hold (linger). nil means the real clock.
+	Clock clockwork.Clock
 	// Workers bounds the transactions committing at once; each worker has
 	// its own log buffer. 0 means DefaultWorkers().
 	Workers int
@@ -116,6 +126,12 @@ func (c *Config) validate() error {
 	if c.Loggers == 0 {
 		c.Loggers = 1
 	}
+	if c.LogRoundsInFlight == 0 {
+		c.LogRoundsInFlight = 1
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers()
 	}
@@ -144,15 +160,17 @@ func (c *Config) validate() error {
 		return errors.New("engine: Config.CheckpointDeltaShare is NaN")
 	}
 	if c.OpenSink == nil {
-		seg, recycle := c.LogSegmentSize, recycleSegments(c.CheckpointLogSize, c.Loggers, c.LogSegmentSize)
-		c.OpenSink = func(fs vfs.FS, dir string, i int) (LogSink, error) { return openWALSink(fs, dir, i, seg, recycle) }
+		seg, recycle := c.LogSegmentSize, recycleSegments(c.CheckpointLogSize, c.LogSegmentSize)
+		c.OpenSink = func(fs vfs.FS, dir string) (LogSink, error) { return openWALSink(fs, dir, seg, recycle) }
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
 	switch {
-	case c.Loggers < 1 || c.Loggers > 64:
-		return fmt.Errorf("engine: Loggers %d outside 1..64", c.Loggers)
+	case c.Loggers < 1 || c.Loggers > maxLoggers:
+		return fmt.Errorf("engine: Loggers %d outside 1..%d", c.Loggers, maxLoggers)
+	case c.LogRoundsInFlight < 1 || c.LogRoundsInFlight > 64:
+		return fmt.Errorf("engine: LogRoundsInFlight %d outside 1..64", c.LogRoundsInFlight)
 	case c.Workers < c.Loggers || c.Workers > 4096:
 		return fmt.Errorf("engine: Workers %d outside Loggers..4096", c.Workers)
 	case c.EpochInterval < 100*time.Microsecond || c.EpochInterval > time.Minute:
@@ -240,6 +258,19 @@ type DB struct {
 	cat catalog
 	// recovery is what Open recovered and dropped; set before Open returns.
 	recovery RecoveryStats
+	clock    clockwork.Clock
+
+	// sink is the log (nil with LogNone); maxRecord the largest record it
+	// takes.
+	sink      LogSink
+	maxRecord int
+	// spans are the durable proposals, for truncation (truncateBefore);
+	// spanMax is the largest epoch any durable record counts as.
+	spanMu  sync.Mutex
+	spans   []logSpan
+	spanMax uint64
+	// logLast is the index of the last durable record proposed.
+	logLast atomic.Uint64
 
 	wmu     sync.Mutex
 	waiters map[uint64]*waitSet
@@ -323,8 +354,8 @@ func Open(cfg Config) (*DB, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	db := &DB{cfg: cfg, fs: cfg.FS, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{}),
-		ckptKick: make(chan struct{}, 1)}
+	db := &DB{cfg: cfg, fs: cfg.FS, clock: cfg.Clock, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{}),
+		ckptKick: make(chan struct{}, 1), maxRecord: 64 << 20}
 	db.cat.init()
 	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -337,8 +368,12 @@ func Open(cfg Config) (*DB, error) {
 		return nil, err
 	}
 	db.lock = lock
+	if err := db.checkLayout(); err != nil {
+		db.lock.Close()
+		return nil, err
+	}
 	for i := 0; i < cfg.Loggers; i++ {
-		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1)}
+		lg := &logger{db: db, id: i, wake: make(chan struct{}, 1), roundDone: make(chan struct{}, 1)}
 		lg.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
 		lg.mu.drained = sync.NewCond(&lg.mu.Mutex)
 		db.loggers = append(db.loggers, lg)
@@ -393,15 +428,10 @@ func (db *DB) Close() error {
 }
 
 func (db *DB) closeSinks() error {
-	var first error
-	for _, lg := range db.loggers {
-		if lg.sink != nil {
-			if err := lg.sink.Close(); err != nil && first == nil {
-				first = err
-			}
-		}
+	if db.sink == nil {
+		return nil
 	}
-	return first
+	return db.sink.Close()
 }
 
 // Epoch returns the current global epoch.
@@ -457,13 +487,13 @@ func (db *DB) tryAdvance() bool {
 // advanceLoop advances the epoch every EpochInterval and wakes the loggers.
 func (db *DB) advanceLoop() {
 	defer db.wg.Done()
-	t := time.NewTicker(db.cfg.EpochInterval)
+	t := db.clock.NewTicker(db.cfg.EpochInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-db.closing:
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		for spins := 0; !db.tryAdvance(); spins++ {
 			if db.epoch.Load() >= MaxEpoch {

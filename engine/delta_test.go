@@ -144,9 +144,9 @@ func (c *chainDB) reopen(dropLog bool) {
 		c.t.Fatal(err)
 	}
 	if dropLog {
-		names, _ := c.fs.List("/db/log-0")
+		names, _ := c.fs.List("/db/log")
 		for _, n := range names {
-			if err := c.fs.Remove("/db/log-0/" + n); err != nil {
+			if err := c.fs.Remove("/db/log/" + n); err != nil {
 				c.t.Fatal(err)
 			}
 		}

@@ -59,7 +59,7 @@
 // holds one epoch and goes to the worker's logger when it reaches
 // LogBufferSize or the epoch changes. A logger round collects its workers'
 // staged entries and buffers of closed epochs and the handed-off ones, appends them
-// and a mark "everything of epochs ≤ X is logged" to its LogSink, and once
+// and a mark "everything of epochs ≤ X is logged" to the LogSink, and once
 // the sink says they are durable publishes X, where X = min(E, epochs of
 // its committing workers) − 1 read before collecting. The durable epoch D
 // is the minimum over loggers; a commit is acknowledged when D reaches its
@@ -79,10 +79,17 @@
 // lone committer is not held (at most once, right after a burst of
 // others).
 //
-// LogSink is the seam for replication: the write-ahead log (package wal,
-// batch policy) implements it today; a Raft group will implement it with
-// "durable" meaning fsynced by a majority, without touching this package's
-// commit code.
+// Everything that changes the engine's state is a record in one log
+// (records.go): buffers, loggers' marks, catalog changes (DDL is logged
+// and durable before it takes effect), the decision that epochs are void,
+// the start of a leader's era. The loggers and DDL propose to one LogSink
+// (the seam for replication: the write-ahead log, package wal, batch
+// policy, implements it; a Raft group implements it with "durable"
+// meaning committed by a majority, without touching this package's commit
+// code). A proposal returns at once and a callback reports when it is
+// durable, so a logger may have Config.LogRoundsInFlight rounds in flight.
+// One state machine applies the log (apply.go): recovery at Open, and a
+// follower as records arrive (DB.Apply).
 //
 // # Checkpoints and recovery (checkpoint.go, recover.go)
 //
@@ -101,13 +108,16 @@
 // keeps every version, as the ledger does, grows without bound, and a
 // full checkpoint a minute would rewrite all of it each time. Recovery
 // loads the newest full checkpoint and the deltas after it,
-// takes D from the loggers' last marks, replays the buffers of epochs in
-// [Cs, D] from every log in parallel keeping the highest TID per key (one
-// read of each log: the last mark is found from its tail), and
-// records the epochs above D that appear in the logs as void in the
-// catalog, so those records are never applied later. The catalog
-// (catalog.json, replaced atomically by each DDL) holds schemas under
-// table ids that are never reused. An open engine holds the lock on LOCK
+// then applies the log with the state machine: buffers of epochs from Cs
+// on, held until marks make them durable and then applied in parallel
+// keeping the highest TID per key, catalog changes, void ranges and eras
+// in log order. It then logs the epochs above the final D that records
+// name as void, so those records are never applied, and starts a new era
+// above them. The catalog is in the log and in every checkpoint (a
+// checkpoint's first chunk), under
+// table ids that are never reused. A floor record, logged before each
+// truncation, lets recovery refuse a chain that lacks the checkpoint the
+// log was truncated for (ErrLogGap). An open engine holds the lock on LOCK
 // (lockDir): a second Open of the directory, from this process or
 // another, fails with ErrLocked before it reads any of these files.
 //

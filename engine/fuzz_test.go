@@ -122,11 +122,11 @@ func FuzzApplyBuffer(f *testing.F) {
 	db := fuzzDB(f)
 	f.Add(validBuffer(db))
 	f.Add(plainBuffer(db))
-	f.Add([]byte{recMark, 5})
+	f.Add(markRecord(0, 5))
 	f.Add([]byte{recBuffer})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		kind, _, err := recordHeader(b)
-		if err != nil || kind == recMark {
+		r, err := decodeRecord(b)
+		if err != nil || r.kind != recBuffer && r.kind != recPlainBuffer {
 			return
 		}
 		_ = db.applyBuffer(b)

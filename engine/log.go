@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"runtime"
@@ -11,30 +10,34 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/kiroku-db/kiroku/wal"
+	"github.com/jonboulle/clockwork"
 )
 
-// LogSink is where a logger writes: an ordered log of records that it
-// makes durable. The write-ahead log implements it today (openWALSink); a
-// Raft group, whose "durable" means fsynced by a majority, implements it
-// for replication. Append is called by one logger goroutine at a time;
-// TruncateFront may be called concurrently with it (by a checkpoint), and
-// Replay, more than once, before the first Append.
+// LogSink is the engine's log: an ordered sequence of records (records.go)
+// that it makes durable. The write-ahead log implements it (openWALSink);
+// a Raft group, whose "durable" means committed, fsynced by a majority,
+// implements it for replication. Every logger, catalog change and
+// checkpoint proposes to the one sink, so a replica that applies its
+// records in order (DB.Apply) reaches the same state.
+//
+// Propose is safe for concurrent use; TruncateFront may run beside it;
+// Replay runs before the first Propose.
 type LogSink interface {
-	// MaxRecordSize is the largest record Append takes, in bytes.
+	// MaxRecordSize is the largest record Propose takes, in bytes.
 	MaxRecordSize() int
-	// Append writes records after those already in the sink, in order, and
-	// returns the index of the last one once all of them are durable.
-	// Indexes increase by one per record. An error is fatal: the engine
-	// stops making commits durable and never retries.
-	Append(records [][]byte) (last uint64, err error)
+	// Propose appends records after every record proposed before, in
+	// order, and returns without waiting for them to be durable; it must
+	// not retain records once it returns. done is called once all of them
+	// are durable, with the index of the last, or with the error that
+	// failed the sink. Calls of done are made in the order of the
+	// proposals, from a goroutine of the sink's, and must not block. An
+	// error, returned or given to done, is fatal: the engine stops
+	// making commits durable and never retries. Indexes increase by one
+	// per record.
+	Propose(records [][]byte, done func(last uint64, err error)) error
 	// Replay calls fn with every durable record from index from on (from
 	// the first kept if from is below it), in order.
 	Replay(from uint64, fn func(index uint64, record []byte) error) error
-	// LastIndex is the index of the last durable record, 0 if none.
-	LastIndex() uint64
 	// TruncateFront discards the records before index, which a checkpoint
 	// covers. It may keep them longer.
 	TruncateFront(index uint64) error
@@ -51,20 +54,13 @@ type SinkRecovery struct {
 	Detail string // where, and why they were taken for a torn write
 }
 
-// Log record payloads, one per handed-off buffer or durable mark:
+// A buffer record holds one epoch's transactions of one worker:
 //
 //	buffer = 3 uvarint(epoch) txn*
 //	txn    = tid(8 bytes LE) n(4 bytes LE) pwrite*n  (pwrite: see codec.go)
-//	mark   = 2 uvarint(X)    "every record of this logger of an epoch ≤ X
-//	                          is in the log before this mark"
 //
 // Logs written before writes were packed hold buffers of kind 1, whose
 // writes are plain (write in codec.go); recovery still reads them.
-const (
-	recPlainBuffer byte = 1
-	recMark        byte = 2
-	recBuffer      byte = 3
-)
 
 // entryHeader is the size of a txn's header in a buffer: its TID and
 // write count.
@@ -241,7 +237,7 @@ func appendPackedWrite(b []byte, wr, prev *writeEntry) []byte {
 // larger than it (or one entry of one write, which commit bounds by the
 // sink's record size less 64) fits one record with its buffer header.
 func (w *worker) stageLimit() int {
-	return min(stageSize, w.lg.db.cfg.LogBufferSize, w.lg.maxRecord-64)
+	return min(stageSize, w.lg.db.cfg.LogBufferSize, w.lg.db.maxRecord-64)
 }
 
 // newStage returns an empty stage for a stage limit of limit, with room
@@ -256,7 +252,7 @@ func (w *worker) flushStage() {
 	if len(w.stage) == 0 {
 		return
 	}
-	if w.buf != nil && len(w.buf.data)+len(w.stage) > w.lg.maxRecord {
+	if w.buf != nil && len(w.buf.data)+len(w.stage) > w.lg.db.maxRecord {
 		w.lg.handoff(w.buf)
 		w.buf = nil
 	}
@@ -281,21 +277,19 @@ func (w *worker) flushStage() {
 // logger writes its workers' buffers to its sink and publishes its durable
 // epoch after each durable append.
 type logger struct {
-	db        *DB
-	id        int
-	workers   []*worker
-	sink      LogSink
-	maxRecord int // largest record the sink takes
-	wake      chan struct{}
-	freeMu    sync.Mutex
-	free      []*logBuf     // written buffers for reuse, a stack (newBuf)
-	durable   atomic.Uint64 // every buffer of an epoch ≤ durable is durable
+	db      *DB
+	id      int
+	workers []*worker
+	wake    chan struct{}
+	freeMu  sync.Mutex
+	free    []*logBuf     // written buffers for reuse, a stack (newBuf)
+	durable atomic.Uint64 // every buffer of an epoch ≤ durable is durable
 	// hurriesSeen is DB.hurries when run last looked, lingerTimer
 	// linger's timer; run's goroutine alone uses them. peakWaiting is the
 	// recent most committers waiting at once (see linger; atomic for
 	// tests, as is lingers, the holds started).
 	hurriesSeen uint64
-	lingerTimer *time.Timer
+	lingerTimer clockwork.Timer
 	runnable    [1]metrics.Sample
 	peakWaiting atomic.Int64
 	lingers     atomic.Int64
@@ -312,15 +306,15 @@ type logger struct {
 		queue   []*logBuf
 		drained *sync.Cond
 	}
-	// spans records, per durable append, the last index and the largest
-	// epoch of any record up to it, for truncation after a checkpoint. At
-	// most maxSpans are kept (see addSpan).
-	spanMu sync.Mutex
-	spans  []logSpan
-	maxEp  uint64
+	// proposed is the X of the last mark proposed, which the next round's
+	// may not go below (rounds are run's goroutine's; atomic for tests
+	// that run one themselves). inflight counts the
+	// rounds proposed and not yet durable, at most
+	// Config.LogRoundsInFlight; a round's done signals roundDone.
+	proposed  atomic.Uint64
+	inflight  atomic.Int64
+	roundDone chan struct{}
 }
-
-type logSpan struct{ last, maxEpoch uint64 }
 
 func (lg *logger) poke() {
 	select {
@@ -391,6 +385,7 @@ func (lg *logger) run() {
 			}
 			for lg.db.failure() == nil && lg.round(true) {
 			}
+			lg.waitRounds(0)
 			return
 		}
 		for lg.db.failure() == nil {
@@ -486,7 +481,7 @@ func (lg *logger) linger() bool {
 	lg.lingers.Add(1)
 	bound := min(3*time.Duration(lg.roundNs.Load()), db.cfg.CommitDelay)
 	if lg.lingerTimer == nil {
-		lg.lingerTimer = time.NewTimer(bound)
+		lg.lingerTimer = db.clock.NewTimer(bound)
 	} else {
 		lg.lingerTimer.Reset(bound)
 	}
@@ -494,7 +489,7 @@ func (lg *logger) linger() bool {
 	for db.waiting.Load() < peak && db.failure() == nil && lg.pending.Load() < int64(db.cfg.LogBufferSize) {
 		select {
 		case <-lg.wake: // the target was reached, a buffer filled up, or the engine failed
-		case <-lg.lingerTimer.C:
+		case <-lg.lingerTimer.Chan():
 			lg.peakWaiting.Store(db.waiting.Load())
 			return true
 		case <-db.closing:
@@ -524,9 +519,15 @@ var testHookLinger atomic.Pointer[func()]
 // are collected too, so an idle worker never holds D back.
 func (lg *logger) round(all bool) bool {
 	db := lg.db
+	// Rounds in flight are bounded: a round waits for an earlier one to be
+	// durable before it proposes.
+	lg.waitRounds(int64(db.cfg.LogRoundsInFlight) - 1)
+	if db.failure() != nil {
+		return false
+	}
 	eNow := db.epoch.Load()
-	if !all && lg.durable.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
-		// Every closed epoch is durable: only the open one's buffers wait.
+	if !all && lg.proposed.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
+		// Every closed epoch is marked: only the open one's buffers wait.
 		return false
 	}
 	low := eNow
@@ -538,7 +539,7 @@ func (lg *logger) round(all bool) bool {
 	// A worker caught in enter between publishing an older epoch and
 	// rechecking it can hold low below an X this logger already marked.
 	// Marks never go back: recovery takes the last one as durable.
-	x := max(low-1, lg.durable.Load())
+	x := max(low-1, lg.proposed.Load())
 	// Walk the workers before taking the queue: a buffer of an epoch
 	// before eNow is then either collected from its worker, or was handed
 	// off before the walk passed the worker and so is in the queue taken
@@ -551,7 +552,7 @@ func (lg *logger) round(all bool) bool {
 	bufs = append(bufs, lg.mu.queue...)
 	lg.mu.queue = nil
 	lg.mu.Unlock()
-	if len(bufs) == 0 && x <= lg.durable.Load() {
+	if len(bufs) == 0 && x <= lg.proposed.Load() {
 		return false
 	}
 	recs := make([][]byte, 0, len(bufs)+1)
@@ -561,28 +562,46 @@ func (lg *logger) round(all bool) bool {
 		size += len(b.data)
 		maxEp = max(maxEp, b.epoch)
 	}
-	recs = append(recs, binary.AppendUvarint([]byte{recMark}, x))
-	start := time.Now()
-	last, err := lg.sink.Append(recs)
-	avg := lg.roundNs.Load()
-	lg.roundNs.Store(avg + (int64(time.Since(start))-avg)/8)
+	recs = append(recs, markRecord(lg.id, x))
+	start := db.clock.Now()
+	lg.inflight.Add(1)
+	err := db.propose(recs, maxEp, func(_ uint64, err error) {
+		avg := lg.roundNs.Load()
+		lg.roundNs.Store(avg + (int64(db.clock.Since(start))-avg)/8)
+		if err != nil {
+			db.fail(fmt.Errorf("logger %d: %w", lg.id, err))
+		} else {
+			db.noteLogged(int64(size))
+			if x > lg.durable.Load() {
+				lg.durable.Store(x)
+			}
+			db.updateDurable()
+		}
+		lg.release(size)
+		lg.inflight.Add(-1)
+		select {
+		case lg.roundDone <- struct{}{}:
+		default:
+		}
+	})
+	// The sink keeps nothing of the records once Propose returns.
+	lg.putFree(bufs)
 	if err != nil {
 		db.fail(fmt.Errorf("logger %d: %w", lg.id, err))
 		lg.release(size)
+		lg.inflight.Add(-1)
 		return false
 	}
-	db.noteLogged(int64(size))
-	lg.spanMu.Lock()
-	lg.maxEp = max(lg.maxEp, maxEp)
-	lg.addSpan(logSpan{last: last, maxEpoch: lg.maxEp})
-	lg.spanMu.Unlock()
-	if x > lg.durable.Load() {
-		lg.durable.Store(x)
-	}
-	db.updateDurable()
-	lg.putFree(bufs)
-	lg.release(size)
+	lg.proposed.Store(x)
 	return true
+}
+
+// waitRounds waits until at most n of the logger's rounds are in flight,
+// or the engine fails.
+func (lg *logger) waitRounds(n int64) {
+	for lg.inflight.Load() > max(n, 0) && lg.db.failure() == nil {
+		<-lg.roundDone
+	}
 }
 
 // collect appends w's buffers of epochs before eNow to bufs, its staged
@@ -617,115 +636,3 @@ func (lg *logger) collect(w *worker, eNow uint64, bufs []*logBuf) []*logBuf {
 	w.active.Store(0)
 	return bufs
 }
-
-const maxSpans = 4096
-
-// addSpan records a durable append. A span whose running maximum epoch
-// equals the previous one's replaces it, and past maxSpans every other
-// span is dropped: fewer spans only make truncation cut less, never more,
-// and a log whose checkpoints are off keeps a bounded list.
-func (lg *logger) addSpan(sp logSpan) {
-	if n := len(lg.spans); n > 0 && lg.spans[n-1].maxEpoch == sp.maxEpoch {
-		lg.spans[n-1] = sp
-		return
-	}
-	if len(lg.spans) >= maxSpans {
-		kept := lg.spans[:0]
-		for i := 1; i < len(lg.spans); i += 2 {
-			kept = append(kept, lg.spans[i])
-		}
-		lg.spans = kept
-	}
-	lg.spans = append(lg.spans, sp)
-}
-
-// truncateBefore drops the log prefix whose records all belong to epochs
-// before from (a checkpoint that started at from covers them).
-func (lg *logger) truncateBefore(from uint64) error {
-	lg.spanMu.Lock()
-	cut := -1
-	for i, s := range lg.spans {
-		if s.maxEpoch >= from {
-			break
-		}
-		cut = i
-	}
-	var index uint64
-	if cut >= 0 {
-		index = lg.spans[cut].last + 1
-		lg.spans = append(lg.spans[:0], lg.spans[cut+1:]...)
-	}
-	lg.spanMu.Unlock()
-	if index == 0 {
-		return nil
-	}
-	return lg.sink.TruncateFront(index)
-}
-
-// ---- the write-ahead log as a sink -------------------------------------------
-
-type walSink struct {
-	l   *wal.Log
-	max int
-}
-
-// openWALSink opens logger i's write-ahead log in dir/log-<i> with the
-// batch policy: each Append is one write and one fdatasync. The log keeps
-// up to recycle segments that a checkpoint truncated, to reuse.
-func openWALSink(fs vfs.FS, dir string, i int, segSize int64, recycle int) (LogSink, error) {
-	cfg := wal.Config{Dir: fs.PathJoin(dir, fmt.Sprintf("log-%d", i)), FS: fs, Policy: wal.BatchPolicy(), SegmentSize: segSize,
-		MaxRecordSize: int(min(segSize-64, 64<<20)), MaxPending: 128 << 20, RecycleSegments: recycle}
-	l, err := wal.Open(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &walSink{l, cfg.MaxRecordSize}, nil
-}
-
-// recycleSegments is how many truncated segments each logger's log keeps
-// for reuse: as many as a checkpoint's truncation frees in steady state
-// (the log written between two checkpoints, ckptLog bytes shared by the
-// loggers), plus one. A new segment is a new file of fresh page-cache
-// pages; reusing one overwrites cached pages and blocks already allocated.
-// Zero-filling new files once took a seventh of the processors under a
-// write-only load. (The log now writes with direct I/O, which bypasses the
-// page cache; reuse still spares the block allocation.) With checkpoints
-// left to time alone (ckptLog negative) the log between two of them has
-// no bound, and a few are kept.
-func recycleSegments(ckptLog int64, loggers int, seg int64) int {
-	if ckptLog <= 0 {
-		return 4
-	}
-	return int(min((ckptLog/int64(loggers)+seg-1)/seg+1, 64))
-}
-
-func (s *walSink) MaxRecordSize() int { return s.max }
-
-func (s *walSink) Append(recs [][]byte) (uint64, error) {
-	first, err := s.l.AppendBatch(context.Background(), recs)
-	if err != nil {
-		return 0, err
-	}
-	return first + uint64(len(recs)) - 1, nil
-}
-
-func (s *walSink) Replay(from uint64, fn func(uint64, []byte) error) error {
-	from = max(from, s.l.FirstIndex())
-	if s.l.LastIndex() < from {
-		return nil
-	}
-	return s.l.Scan(from, fn)
-}
-
-func (s *walSink) LastIndex() uint64 { return s.l.LastIndex() }
-
-func (s *walSink) TruncateFront(index uint64) error { return s.l.TruncateFront(index) }
-
-func (s *walSink) Recovered() SinkRecovery {
-	t := s.l.Recovery().TornTail
-	if t == nil {
-		return SinkRecovery{}
-	}
-	return SinkRecovery{Bytes: t.Bytes, Detail: fmt.Sprintf("%s at offset %d: %s", t.Segment, t.Offset, t.Reason)}
-}
-func (s *walSink) Close() error { return s.l.Close() }

@@ -14,17 +14,17 @@ import (
 // TestSpansStayBounded appends more spans than are kept and checks that
 // truncation never cuts past what a checkpoint covers.
 func TestSpansStayBounded(t *testing.T) {
-	lg := &logger{}
+	db := &DB{}
 	for i := uint64(1); i <= 3*maxSpans; i++ {
-		lg.addSpan(logSpan{last: 10 * i, maxEpoch: i})
-		lg.addSpan(logSpan{last: 10*i + 5, maxEpoch: i}) // same epoch: replaces
+		db.addSpanLocked(logSpan{last: 10 * i, maxEpoch: i})
+		db.addSpanLocked(logSpan{last: 10*i + 5, maxEpoch: i}) // same epoch: replaces
 	}
-	if len(lg.spans) > maxSpans {
-		t.Fatalf("%d spans kept", len(lg.spans))
+	if len(db.spans) > maxSpans {
+		t.Fatalf("%d spans kept", len(db.spans))
 	}
-	for i, sp := range lg.spans {
-		if sp.last != 10*sp.maxEpoch+5 || (i > 0 && sp.maxEpoch <= lg.spans[i-1].maxEpoch) {
-			t.Fatalf("span %d: %+v after %+v", i, sp, lg.spans[max(0, i-1)])
+	for i, sp := range db.spans {
+		if sp.last != 10*sp.maxEpoch+5 || (i > 0 && sp.maxEpoch <= db.spans[i-1].maxEpoch) {
+			t.Fatalf("span %d: %+v after %+v", i, sp, db.spans[max(0, i-1)])
 		}
 	}
 }
@@ -61,7 +61,7 @@ func TestFreeBuffersWarmestFirst(t *testing.T) {
 func stageWorker(kv func(i int) (pk string, value []byte)) (*worker, []writeEntry, int) {
 	tb := &table{id: 3}
 	w := &worker{}
-	w.lg = &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}}, maxRecord: 1 << 20}
+	w.lg = &logger{db: &DB{cfg: Config{LogBufferSize: 512 << 10}, maxRecord: 1 << 20}}
 	writes, bound := make([]writeEntry, 10), 0
 	for i := range writes {
 		pk, v := kv(i)
@@ -98,7 +98,7 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 	tbl := newTable(5, &storage.Table{Namespace: "n", Name: "t",
 		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}},
 		Columns:      []storage.Column{{Name: "v", Type: storage.TypeBlob}}})
-	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 6 << 10}}, maxRecord: maxRecord}
+	lg := &logger{db: &DB{cfg: Config{LogBufferSize: 6 << 10}, maxRecord: maxRecord}}
 	w := &worker{}
 	w.lg = lg
 
@@ -154,9 +154,10 @@ func TestLogStageKeepsRecordsWhole(t *testing.T) {
 		if len(b.data) > maxRecord {
 			t.Fatalf("a record of %d bytes; the sink takes %d", len(b.data), maxRecord)
 		}
-		kind, e, err := recordHeader(b.data)
-		if err != nil || kind != recBuffer || e != b.epoch {
-			t.Fatalf("record header: kind %d epoch %d (buffer's %d): %v", kind, e, b.epoch, err)
+		r, err := decodeRecord(b.data)
+		e := r.epoch
+		if err != nil || r.kind != recBuffer || e != b.epoch {
+			t.Fatalf("record header: kind %d epoch %d (buffer's %d): %v", r.kind, e, b.epoch, err)
 		}
 		_, n := binary.Uvarint(b.data[1:])
 		d := decoder{b: b.data[1+n:]}

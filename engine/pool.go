@@ -8,7 +8,8 @@ import "sync"
 // is kept.
 type pool struct {
 	jobs chan poolJob
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // the workers
+	busy sync.WaitGroup // the jobs submitted and not yet done
 	mu   sync.Mutex
 	err  error
 }
@@ -32,13 +33,26 @@ func startPool(n int, work func(at int64, data []byte) error) *pool {
 					}
 					p.mu.Unlock()
 				}
+				p.busy.Done()
 			}
 		}()
 	}
 	return p
 }
 
-func (p *pool) submit(at int64, data []byte) { p.jobs <- poolJob{at, data} }
+func (p *pool) submit(at int64, data []byte) {
+	p.busy.Add(1)
+	p.jobs <- poolJob{at, data}
+}
+
+// drain waits until every job submitted is done, and returns the first
+// error of any so far; the pool stays open.
+func (p *pool) drain() error {
+	p.busy.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
 
 // wait ends the pool and returns the first error of its work.
 func (p *pool) wait() error {

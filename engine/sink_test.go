@@ -29,26 +29,29 @@ func (s *markSink) MaxRecordSize() int { return 1 << 20 }
 
 func (s *markSink) Recovered() engine.SinkRecovery { return engine.SinkRecovery{} }
 
-func (s *markSink) Append(recs [][]byte) (uint64, error) {
+func (s *markSink) Propose(recs [][]byte, done func(uint64, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
-		e, _ := binary.Uvarint(r[1:])
+		d := r[1:]
+		v, n := binary.Uvarint(d)
 		switch r[0] {
-		case 1:
-			if s.marked && e <= s.mark && s.violation == "" {
-				s.violation = fmt.Sprintf("buffer of epoch %d after the mark %d", e, s.mark)
+		case 3: // a buffer of epoch v
+			if s.marked && v <= s.mark && s.violation == "" {
+				s.violation = fmt.Sprintf("buffer of epoch %d after the mark %d", v, s.mark)
 			}
-		case 2:
-			if s.marked && e < s.mark && s.violation == "" {
-				s.violation = fmt.Sprintf("mark %d after the mark %d", e, s.mark)
+		case 4: // logger v's mark
+			x, _ := binary.Uvarint(d[n:])
+			if s.marked && x < s.mark && s.violation == "" {
+				s.violation = fmt.Sprintf("mark %d after the mark %d", x, s.mark)
 			}
-			s.mark, s.marked = e, true
+			s.mark, s.marked = x, true
 		}
 		s.recs = append(s.recs, append([]byte(nil), r...))
 	}
 	time.Sleep(50 * time.Microsecond) // an fsync's worth of time for commits to race with
-	return uint64(len(s.recs)), nil
+	done(uint64(len(s.recs)), nil)
+	return nil
 }
 
 func (s *markSink) Replay(from uint64, fn func(uint64, []byte) error) error {
@@ -62,12 +65,6 @@ func (s *markSink) Replay(from uint64, fn func(uint64, []byte) error) error {
 	return nil
 }
 
-func (s *markSink) LastIndex() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return uint64(len(s.recs))
-}
-
 func (s *markSink) TruncateFront(uint64) error { return nil }
 func (s *markSink) Close() error               { return nil }
 
@@ -79,7 +76,7 @@ func TestMarksCoverTheirEpochs(t *testing.T) {
 	sink := &markSink{}
 	fs := vfs.NewMem()
 	db := openKV(t, engine.Config{Dir: "/db", FS: fs, Workers: 256, EpochInterval: 200 * time.Microsecond, LogBufferSize: 4 << 10,
-		CheckpointInterval: -1, OpenSink: func(vfs.FS, string, int) (engine.LogSink, error) { return sink, nil }})
+		CheckpointInterval: -1, OpenSink: func(vfs.FS, string) (engine.LogSink, error) { return sink, nil }})
 	ctx := context.Background()
 	h, err := db.Table("u", "kv")
 	if err != nil {
@@ -112,7 +109,7 @@ func TestMarksCoverTheirEpochs(t *testing.T) {
 		t.Fatal(sink.violation)
 	}
 	db, err = engine.Open(engine.Config{Dir: "/db", FS: fs, Workers: 256, CheckpointInterval: -1,
-		OpenSink: func(vfs.FS, string, int) (engine.LogSink, error) { return sink, nil }})
+		OpenSink: func(vfs.FS, string) (engine.LogSink, error) { return sink, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

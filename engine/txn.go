@@ -597,7 +597,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	// Each row must fit one log record and one checkpoint chunk.
 	limit := maxRowBytes
 	if db.cfg.Log == LogWAL {
-		limit = min(limit, w.lg.maxRecord-64)
+		limit = min(limit, w.lg.db.maxRecord-64)
 	}
 	bound := 0 // of the transaction's log entry
 	for i := range x.writes {

@@ -400,7 +400,7 @@ func reportRecovery(log *slog.Logger, rec engine.RecoveryStats) {
 		args = append(args, "void_epochs", fmt.Sprintf("%d..%d", rec.VoidFrom, rec.VoidTo), "void_records", rec.VoidRecords, "void_bytes", rec.VoidBytes)
 	}
 	for _, t := range rec.TornTails {
-		args = append(args, fmt.Sprintf("torn_tail_log_%d", t.Log), fmt.Sprintf("%d bytes: %s", t.Bytes, t.Detail))
+		args = append(args, "torn_tail", fmt.Sprintf("%d bytes: %s", t.Bytes, t.Detail))
 	}
 	log.Warn("engine recovered, dropping writes that were never acknowledged", args...)
 }

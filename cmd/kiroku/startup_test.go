@@ -85,15 +85,16 @@ func TestStartupFailures(t *testing.T) {
 		damage func(t *testing.T, engineDir string)
 		check  func(err error) bool
 	}{
-		{"catalog not JSON", func(t *testing.T, dir string) {
-			os.WriteFile(filepath.Join(dir, "catalog.json"), []byte("not json\n"), 0o644)
-		}, isCorrupt("catalog.json")},
-		{"catalog edited", func(t *testing.T, dir string) {
-			b, _ := os.ReadFile(filepath.Join(dir, "catalog.json"))
-			os.WriteFile(filepath.Join(dir, "catalog.json"), []byte(strings.Replace(string(b), `"t"`, `"u"`, 1)), 0o644)
-		}, isCorrupt("catalog.json")},
+		{"catalog edited in a checkpoint", func(t *testing.T, dir string) {
+			name := newest(t, dir, "delta-")
+			b, _ := os.ReadFile(name)
+			os.WriteFile(name, []byte(strings.Replace(string(b), `"t"`, `"u"`, 1)), 0o644)
+		}, func(err error) bool { var ce *engine.CorruptionError; return errors.As(err, &ce) }},
+		{"a data directory of an older format", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "catalog.json"), []byte("{}\n"), 0o644)
+		}, func(err error) bool { return errors.Is(err, engine.ErrOldLayout) }},
 		{"log zeroed at its start", func(t *testing.T, dir string) {
-			zero(t, newest(t, filepath.Join(dir, "log-0"), "0"), 0, 4096)
+			zero(t, newest(t, filepath.Join(dir, "log"), "0"), 0, 4096)
 		}, func(err error) bool { var ce *wal.CorruptionError; return errors.As(err, &ce) }},
 		{"checkpoint damaged", func(t *testing.T, dir string) {
 			zero(t, newest(t, dir, "checkpoint-"), 100, 8)
@@ -137,11 +138,11 @@ func TestStartupFailures(t *testing.T) {
 	})
 }
 
-// TestStartupFailureExit runs the binary itself on a corrupt catalog: it
-// must print the error and exit with status 1, not panic.
+// TestStartupFailureExit runs the binary itself on a corrupt checkpoint:
+// it must print the error and exit with status 1, not panic.
 func TestStartupFailureExit(t *testing.T) {
 	dataDir, engineDir := startupData(t)
-	os.WriteFile(filepath.Join(engineDir, "catalog.json"), []byte("not json\n"), 0o644)
+	zero(t, newest(t, engineDir, "checkpoint-"), 100, 8)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestStartupFailureExit(t *testing.T) {
 	cmd.Env = append(os.Environ(), "KIROKU_TEST_RUN_MAIN=1")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(string(out), "panic") || !strings.Contains(string(out), "corrupt catalog.json") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(string(out), "panic") || !strings.Contains(string(out), "corrupt checkpoint-") {
 		t.Fatalf("kiroku server on a corrupt catalog: %v, output:\n%s", err, out)
 	}
 }
@@ -171,13 +172,6 @@ func startOnce(t *testing.T, args ...string) (string, error) {
 		t.Fatalf("the server started and ran (stopped: %v); output:\n%s", err, out.String())
 	}
 	return out.String(), err
-}
-
-func isCorrupt(file string) func(error) bool {
-	return func(err error) bool {
-		var ce *engine.CorruptionError
-		return errors.As(err, &ce) && ce.File == file
-	}
 }
 
 // zero overwrites n bytes of a file at off with zeros.
