@@ -3,9 +3,11 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/jonboulle/clockwork"
 )
 
 // PolicyKind names a sync policy.
@@ -139,8 +141,24 @@ type Config struct {
 	// preparer's zeros too), memory that is never read again, and cache
 	// lines the appenders' work then misses on.
 	BufferedIO bool
+	// Clock is the log's only source of time: the sync policies' windows,
+	// waits and intervals are read and waited on through it. nil means the
+	// real clock, and then the syncer sleeps the last stretch of a short
+	// wait precisely (sleep_linux.go: Go's timers can be a millisecond
+	// late, longer than a group window). With any other clock, such as a
+	// clockwork.FakeClock driving a deterministic simulation, every wait is
+	// a timer of that clock, and the syncer acts only when the clock is
+	// advanced past it. Only the syncer's waits use the clock: fsyncs and
+	// other I/O take what they take.
+	Clock clockwork.Clock
 	// Logf reports recovery events (a torn tail truncated); nil discards.
 	Logf func(format string, args ...any)
+}
+
+// preciseClock reports whether c is the real clock, for which the syncer
+// keeps its precise sleep.
+func preciseClock(c clockwork.Clock) bool {
+	return c == nil || reflect.TypeOf(c) == reflect.TypeOf(clockwork.NewRealClock())
 }
 
 func (c *Config) validate() error {
@@ -175,6 +193,9 @@ func (c *Config) validate() error {
 	c.MaxPending = max(c.MaxPending, frameSize(c.MaxRecordSize))
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return nil
 }

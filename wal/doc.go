@@ -22,18 +22,45 @@
 //     since the last fsync. This is Cassandra's default; never use it for
 //     data that must not be lost.
 //
+// # Appending without waiting
+//
+// Append and AppendBatch wait for their records to be acknowledged.
+// AppendAsync returns the first index at once and calls a callback when
+// they are, so a caller (Raft's log, the engine's pipelined log sink) keeps
+// many batches in flight, and one fsync covers every batch written before
+// it began. All three go through one path: a batch is encoded into the
+// pending chunks and registered on the current round; when the syncer ends
+// the round it closes the round's channel, which the waiting appenders
+// block on, and then calls the round's callbacks in append order.
+//
+// # Time
+//
+// The log reads the time and waits only through Config.Clock, so a
+// deterministic simulation drives it with a fake clock. The decision of
+// when to write and fsync is a pure function of what the syncer knows,
+// the time included (decide, policy.go); the syncer reads the clock, calls
+// it, and waits on a timer of the clock. With the real clock, the last
+// stretch of a short wait is slept precisely instead (sleep_linux.go).
+//
 // # Invariants
 //
 //   - Never acknowledge early. Under every policy but Periodic, Append
-//     returns only after an fdatasync that began after its record was
-//     written has returned. Appenders take the current round under the log's
-//     mutex; the syncer swaps in a new round under the same mutex when it
-//     takes the pending records, so a waiter is always registered on the
-//     round that covers it before the syncer reads its target.
+//     returns, and AppendAsync's callback runs, only after an fdatasync
+//     that began after the records were written has returned. Appenders
+//     take the current round under the log's mutex; the syncer swaps in a
+//     new round under the same mutex when it takes the pending records, so
+//     a waiter or callback is always registered on the round that covers
+//     it before the syncer reads its target.
+//   - Acknowledgements in order. Rounds end one at a time, in the order
+//     they were taken, and a round's callbacks run in the order their
+//     batches were appended, all from the syncer goroutine; on a failure,
+//     the round in flight's callbacks run before those of the round behind
+//     it.
 //   - An fsync error is fatal. The log enters a failed state: the round in
 //     flight, every waiter and every later call get ErrFailed wrapping the
-//     error. Nothing is retried: after a failed fsync the kernel may have
-//     dropped the dirty pages, so a later success would prove nothing.
+//     error, callbacks included. Nothing is retried: after a failed fsync the
+//     kernel may have dropped the dirty pages, so a later success would
+//     prove nothing.
 //   - Every segment but the last is whole on disk: the old segment is
 //     fsynced before the first byte goes to the next, and a segment is
 //     zero-filled, synced and durably named before it holds a record. A
@@ -53,10 +80,12 @@
 //     that repeats a block's durable start risks what the kernel's own
 //     writeback of a partly written page risks, and no more.
 //   - Bounded: at most Config.MaxPending bytes wait to be written; Append
-//     blocks (honouring its context) beyond that.
+//     blocks (honouring its context) beyond that, and so does AppendAsync.
+//     However many batches are in flight, their bytes count against it
+//     until they are written.
 //   - Two goroutines, the syncer and the segment preparer, both owned by the
 //     Log and stopped by Close, which first writes and fsyncs whatever is
-//     pending, under every policy.
+//     pending, under every policy, and answers every waiter and callback.
 //
 // # Files
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sys/unix"
 
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
@@ -26,20 +27,23 @@ func lockSyncerThread() {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 }
 
-// sleeper is the syncer's precise, interruptible sleep.
+// sleeper is the syncer's precise, interruptible sleep. It sleeps in real
+// time, so the log has one only with the real clock (Config.Clock), which
+// it reads to resume a sleep a signal cut short.
 type sleeper struct {
+	clock clockwork.Clock
 	armed atomic.Bool  // the syncer is in, or about to enter, ppoll
 	woken atomic.Int64 // sleeps a nudge ended early (instrumentation: tests read it)
 	mu    sync.Mutex   // guards fd against close while a nudger writes it
 	fd    int          // eventfd; -1 once closed
 }
 
-func newSleeper() (*sleeper, error) {
+func newSleeper(clock clockwork.Clock) (*sleeper, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	return &sleeper{fd: fd}, nil
+	return &sleeper{clock: clock, fd: fd}, nil
 }
 
 // sleep blocks for d or until interrupt, whichever is first. wake is the
@@ -59,7 +63,7 @@ func (s *sleeper) sleep(d time.Duration, wake chan struct{}) {
 	}
 	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
 	ts := unix.NsecToTimespec(int64(d))
-	start := time.Now()
+	start := s.clock.Now()
 	for {
 		n, err := unix.Ppoll(fds, &ts, nil)
 		if n > 0 {
@@ -69,7 +73,7 @@ func (s *sleeper) sleep(d time.Duration, wake chan struct{}) {
 		if err != unix.EINTR {
 			break
 		}
-		left := d - time.Since(start)
+		left := d - s.clock.Since(start)
 		if left <= 0 {
 			break
 		}

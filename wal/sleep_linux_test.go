@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/kiroku-db/kiroku/internal/testenv"
 )
@@ -43,7 +44,7 @@ func waitArmed(t *testing.T, s *sleeper, unless <-chan error) bool {
 }
 
 func TestSleeperInterrupt(t *testing.T) {
-	s, err := newSleeper()
+	s, err := newSleeper(clockwork.NewRealClock())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
 )
@@ -68,12 +69,41 @@ type Stats struct {
 // the syncer swaps in a fresh round under the same lock when it takes the
 // pending records, so a waiter is always registered on the round that
 // covers its record before that round's target is read: no lost wakeups.
+//
+// A round ends once, in the syncer (finish): err is set, done is closed
+// for the appenders that wait (Append, AppendBatch), then the callbacks of
+// AppendAsync run in the order their batches were appended. Rounds end in
+// the order they were taken, so callbacks run in append order across
+// rounds too.
 type round struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	calls []asyncCall // appended under Log.mu while the round is current
+}
+
+// asyncCall is one AppendAsync batch's callback and its last index.
+type asyncCall struct {
+	last uint64
+	fn   func(last uint64, err error)
 }
 
 func newRound() *round { return &round{done: make(chan struct{})} }
+
+// finish ends the round with err (nil: its records are acknowledged). The
+// syncer calls it once the round is no longer current, so no appender
+// touches calls any more.
+func (r *round) finish(err error) {
+	r.err = err
+	close(r.done)
+	for _, c := range r.calls {
+		if err != nil {
+			c.fn(0, err)
+		} else {
+			c.fn(c.last, nil)
+		}
+	}
+	r.calls = nil
+}
 
 // chunk is encoded frames bound for one segment at one offset. It starts
 // on a block boundary: its first head bytes repeat what the segment holds
@@ -90,6 +120,7 @@ type chunk struct {
 type Log struct {
 	cfg      Config
 	fs       vfs.FS
+	clock    clockwork.Clock // Config.Clock: every reading of time and every wait
 	lock     io.Closer
 	dir      vfs.File
 	recovery Recovery
@@ -107,7 +138,7 @@ type Log struct {
 	closeErr  error
 
 	wake     chan struct{} // capacity 1: a nudge for the syncer
-	sleeper  *sleeper      // the syncer's precise sleep; nil under Batch, which never waits
+	sleeper  *sleeper      // the syncer's precise sleep; nil under Batch, which never waits, and with a clock other than the real one
 	stop     chan struct{} // closed by Close
 	done     chan struct{} // closed when the syncer has exited
 	prep     chan prepared // zero-filled segment files, ready to use
@@ -193,7 +224,7 @@ func Open(cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: lock %s: %w", cfg.Dir, err)
 	}
-	l := &Log{cfg: cfg, fs: fs, lock: lock, direct: !cfg.BufferedIO && cfg.SegmentSize%blockSize == 0,
+	l := &Log{cfg: cfg, fs: fs, clock: cfg.Clock, lock: lock, direct: !cfg.BufferedIO && cfg.SegmentSize%blockSize == 0,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		prep: make(chan prepared), prepNeed: make(chan struct{}, 1), sealed: make(chan vfs.File, maxSealed), prepStop: make(chan struct{}), prepDone: make(chan struct{}),
 		truncReq: make(chan truncRequest)}
@@ -202,14 +233,14 @@ func Open(cfg Config) (*Log, error) {
 		l.closeFiles()
 		return nil, err
 	}
-	if cfg.Policy.Kind != Batch {
-		if l.sleeper, err = newSleeper(); err != nil {
+	if cfg.Policy.Kind != Batch && preciseClock(cfg.Clock) {
+		if l.sleeper, err = newSleeper(cfg.Clock); err != nil {
 			l.closeFiles()
 			return nil, fmt.Errorf("wal: %w", err)
 		}
 	}
 	l.mu.round = newRound()
-	l.lastSync = time.Now() // Periodic counts its interval from here
+	l.lastSync = l.clock.Now() // Periodic counts its interval from here
 	go l.prepareLoop()
 	go l.syncLoop()
 	return l, nil
@@ -399,7 +430,7 @@ func (l *Log) zeroRange(name string, from, to int64) error {
 // The log does not retain payload.
 func (l *Log) Append(ctx context.Context, payload []byte) (uint64, error) {
 	one := [1][]byte{payload}
-	return l.append(ctx, one[:])
+	return l.await(l.enqueue(ctx, one[:], nil))
 }
 
 // AppendBatch appends several records with consecutive indexes, atomically
@@ -407,22 +438,72 @@ func (l *Log) Append(ctx context.Context, payload []byte) (uint64, error) {
 // acknowledged.
 func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte) (uint64, error) {
 	if len(payloads) == 0 {
-		return 0, errors.New("wal: empty batch")
+		return 0, errEmptyBatch
 	}
-	return l.append(ctx, payloads)
+	return l.await(l.enqueue(ctx, payloads, nil))
 }
 
-func (l *Log) append(ctx context.Context, payloads [][]byte) (uint64, error) {
+// AppendAsync appends payloads after every record appended before, in
+// order, and returns the index of the first without waiting for them to be
+// written; done is called once all of them are durable under the log's
+// policy (under Periodic: written) with the index of the last, or with
+// the error that failed the log (and index 0). Calls of done are made in
+// append order, from the log's own goroutine; done must not block (hand
+// off to a channel or goroutine of your own). Like Append it waits while
+// MaxPending bytes are pending (backpressure), and refuses records over
+// MaxRecordSize, after Close or after a failure, without calling done.
+//
+// Batches appended without waiting share rounds: however many are in
+// flight, one fsync covers all that were written before it began. done
+// may run before AppendAsync returns. It may call the log's methods that
+// do not wait for the syncer (LastIndex, DurableIndex, Stats, Read, Scan),
+// never Append, AppendBatch, AppendAsync (which may wait for room), Sync,
+// TruncateAfter or Close. Every done has been called when Close returns.
+// A nil done is allowed: the batch is appended and nothing is called. The
+// log does not retain payloads. An empty batch is refused.
+func (l *Log) AppendAsync(payloads [][]byte, done func(last uint64, err error)) (first uint64, err error) {
+	if len(payloads) == 0 {
+		return 0, errEmptyBatch
+	}
+	first, _, err = l.enqueue(context.Background(), payloads, done)
+	return first, err
+}
+
+var errEmptyBatch = errors.New("wal: empty batch")
+
+// await waits for the round an append was registered on, and returns the
+// append's first index once the round acknowledged it.
+func (l *Log) await(first uint64, r *round, err error) (uint64, error) {
+	if err != nil {
+		return 0, err
+	}
+	<-r.done
+	if r.err != nil {
+		return 0, r.err
+	}
+	return first, nil
+}
+
+// enqueue is every append: it checks the records, waits for room (ctx
+// bounds only that wait), assigns their indexes, encodes them into the
+// pending chunks and registers the batch on the current round, with done
+// as its callback if not nil. It returns the first index and the round
+// that will acknowledge the batch; the caller waits on the round's done
+// channel or leaves it to call done.
+func (l *Log) enqueue(ctx context.Context, payloads [][]byte, done func(uint64, error)) (uint64, *round, error) {
 	total := 0
 	for _, p := range payloads {
 		if len(p) > l.cfg.MaxRecordSize {
-			return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(p), l.cfg.MaxRecordSize)
+			return 0, nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(p), l.cfg.MaxRecordSize)
 		}
 		total += frameSize(len(p))
 	}
 	l.mu.Lock()
 	if l.mu.failed == nil && !l.mu.closing && (l.mu.truncating || l.overLimitLocked(total)) {
-		stop := context.AfterFunc(ctx, func() { l.mu.Lock(); l.mu.cond.Broadcast(); l.mu.Unlock() })
+		stop := func() bool { return false }
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, func() { l.mu.Lock(); l.mu.cond.Broadcast(); l.mu.Unlock() })
+		}
 		for l.mu.failed == nil && !l.mu.closing && ctx.Err() == nil && (l.mu.truncating || l.overLimitLocked(total)) {
 			l.mu.cond.Wait()
 		}
@@ -432,13 +513,13 @@ func (l *Log) append(ctx context.Context, payloads [][]byte) (uint64, error) {
 	case l.mu.failed != nil:
 		err := l.mu.failed
 		l.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	case l.mu.closing:
 		l.mu.Unlock()
-		return 0, ErrClosed
+		return 0, nil, ErrClosed
 	case ctx.Err() != nil:
 		l.mu.Unlock()
-		return 0, ctx.Err()
+		return 0, nil, ctx.Err()
 	}
 	first := l.mu.next
 	wasIdle := l.mu.pendingCount == 0
@@ -447,20 +528,19 @@ func (l *Log) append(ctx context.Context, payloads [][]byte) (uint64, error) {
 		total -= frameSize(len(p))
 	}
 	if wasIdle {
-		l.mu.firstPendingAt = time.Now()
+		l.mu.firstPendingAt = l.clock.Now()
 	}
 	l.mu.appends += uint64(len(payloads))
 	r := l.mu.round
+	if done != nil {
+		r.calls = append(r.calls, asyncCall{last: l.mu.next - 1, fn: done})
+	}
 	nudge := wasIdle || l.cfg.Policy.Kind == Count && l.mu.pendingCount >= l.cfg.Policy.Count
 	l.mu.Unlock()
 	if nudge {
 		l.nudge()
 	}
-	<-r.done
-	if r.err != nil {
-		return 0, r.err
-	}
-	return first, nil
+	return first, r, nil
 }
 
 // overLimitLocked: would total more bytes overflow the pending bound? A
@@ -567,9 +647,11 @@ func (l *Log) Sync(ctx context.Context) error {
 
 // ---- the syncer ----------------------------------------------------------
 
-// Waits shorter than preciseWait are slept precisely (sleeper.sleep), in
-// chunks of at most pollChunk, looking for work between chunks; longer ones
-// block on the channels with a runtime timer that ends preciseWait early.
+// With the real clock, waits shorter than preciseWait are slept precisely
+// (sleeper.sleep), in chunks of at most pollChunk, looking for work between
+// chunks; longer ones block on the channels with a timer that ends
+// preciseWait early. With another clock every wait is a timer of that clock
+// for the whole wait.
 const (
 	preciseWait = 1500 * time.Microsecond
 	pollChunk   = 500 * time.Microsecond
@@ -580,11 +662,11 @@ func (l *Log) syncLoop() {
 	if l.sleeper != nil {
 		defer l.sleeper.close()
 	}
-	if l.cfg.Policy.Kind == Group || l.cfg.Policy.Kind == Count {
+	if l.sleeper != nil && (l.cfg.Policy.Kind == Group || l.cfg.Policy.Kind == Count) {
 		lockSyncerThread() // their windows are short; Periodic's are not
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	timer := deadlineTimer{clock: l.clock}
+	defer timer.disarm()
 	expired := make(chan time.Time)
 	close(expired)
 	for {
@@ -594,11 +676,12 @@ func (l *Log) syncLoop() {
 			l.fail(failed, newRound(), nil) // failed outside the syncer (failFromOutside)
 			return
 		}
-		st := syncState{now: time.Now(), pending: l.mu.pendingCount, firstPendingAt: l.mu.firstPendingAt,
+		st := syncState{now: l.clock.Now(), pending: l.mu.pendingCount, firstPendingAt: l.mu.firstPendingAt,
 			dirty: l.dirty, lastStart: l.lastStart, lastEnd: l.lastEnd, lastSync: l.lastSync, forced: len(l.mu.forced) > 0}
 		l.mu.Unlock()
 		a := decide(l.cfg.Policy, st)
 		if a.write || a.sync {
+			timer.disarm()
 			if !l.round(a.sync) {
 				return
 			}
@@ -606,18 +689,25 @@ func (l *Log) syncLoop() {
 		}
 		var tc <-chan time.Time
 		switch {
-		case a.wait > 0 && a.wait <= preciseWait:
+		case a.wait <= 0:
+			timer.disarm() // only a nudge or a request wakes the syncer
+		case l.sleeper != nil && a.wait <= preciseWait:
 			// Sleep precisely, until a nudge at the latest, then look for
 			// requests and decide again.
+			timer.disarm()
 			l.sleeper.sleep(min(a.wait, pollChunk), l.wake)
 			tc = expired
-		case a.wait > 0:
-			timer.Reset(a.wait - preciseWait)
-			tc = timer.C
+		case l.sleeper != nil:
+			tc = timer.arm(st.now.Add(a.wait), preciseWait)
+		default:
+			tc = timer.arm(st.now.Add(a.wait), 0)
 		}
 		select {
 		case <-l.wake:
 		case <-tc:
+			if tc != expired {
+				timer.fired()
+			}
 		case req := <-l.truncReq:
 			if !l.serveTruncate(req) {
 				return
@@ -625,9 +715,6 @@ func (l *Log) syncLoop() {
 		case <-l.stop:
 			l.finalRound()
 			return
-		}
-		if tc == timer.C {
-			timer.Stop() // since Go 1.23 no stale tick can follow
 		}
 	}
 }
@@ -677,7 +764,7 @@ func (l *Log) round(doSync bool) bool {
 	l.mu.cond.Broadcast() // room for blocked appenders
 	l.mu.Unlock()
 
-	l.lastStart = time.Now()
+	l.lastStart = l.clock.Now()
 	err := l.writeChunks(chunks)
 	if err == nil && len(chunks) > 0 {
 		l.dirty = true
@@ -695,13 +782,13 @@ func (l *Log) round(doSync bool) bool {
 		l.syncs.Add(1)
 		if err == nil {
 			l.dirty = false
-			l.lastSync = time.Now()
+			l.lastSync = l.clock.Now()
 			l.mu.Lock()
 			l.mu.durable = last
 			l.mu.Unlock()
 		}
 	}
-	l.lastEnd = time.Now()
+	l.lastEnd = l.clock.Now()
 	if err != nil {
 		l.fail(err, r, forced)
 		return false
@@ -710,7 +797,7 @@ func (l *Log) round(doSync bool) bool {
 		// decide pairs every write with an fsync but under Periodic.
 		panic("wal: invariant broken: a round without fsync under " + l.cfg.Policy.String())
 	}
-	close(r.done)
+	r.finish(nil)
 	for _, f := range forced {
 		f <- nil
 	}
@@ -764,7 +851,9 @@ func (l *Log) writeChunks(chunks []chunk) error {
 
 // fail puts the log in its failed state: the round in flight, the round
 // later appenders registered on, Sync callers and every later call get the
-// error. Nothing is retried.
+// error. Nothing is retried. Once failed is set no appender registers on
+// a round, so next takes no callback after it is read here; r's callbacks
+// run before next's, in append order.
 func (l *Log) fail(err error, r *round, forced []chan error) {
 	l.mu.Lock()
 	ferr := l.setFailedLocked(err)
@@ -772,9 +861,8 @@ func (l *Log) fail(err error, r *round, forced []chan error) {
 	forced = append(forced, l.mu.forced...)
 	l.mu.forced = nil
 	l.mu.Unlock()
-	r.err, next.err = ferr, ferr
-	close(r.done)
-	close(next.done)
+	r.finish(ferr)
+	next.finish(ferr)
 	for _, f := range forced {
 		f <- ferr
 	}
