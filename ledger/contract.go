@@ -17,7 +17,12 @@ import (
 // may do together. Zero fields take the defaults.
 type Limits struct {
 	// MaxSteps is the Starlark step budget of one request, nested calls
-	// included; 0 means 1,000,000.
+	// included; 0 means 1,000,000. Besides the interpreter's steps it
+	// counts the work of hashing and comparing values — large or shared
+	// values, keys whose hashes collide — beyond a small allowance per
+	// operation, one step per 32 units (see memory.go); an operation that
+	// would do more such work than its bound fails with ErrStepLimit
+	// before it does.
 	MaxSteps uint64
 	// MaxMemoryBytes is the memory budget of one request's Starlark, nested
 	// calls included, in bytes; 0 means 64 MiB. It counts, cumulatively,
@@ -34,7 +39,8 @@ type Limits struct {
 	// MaxExecutionTime bounds the wall-clock time of one request's
 	// Starlark, from its first contract to the end of the outermost call,
 	// whatever the client's deadline; 0 means 10 s. A contract still
-	// running then stops at its next step and the request fails with
+	// running then stops at its next step (or, in an operation that looks
+	// up or stores many keys, at its next key) and the request fails with
 	// ErrTimeLimit. It is also the longest a request waits for room under
 	// MaxConcurrentExecutions and MaxTotalMemoryBytes before it fails
 	// with ErrOverloaded.

@@ -61,13 +61,25 @@
 // are capped at 2^20 bits, so that no single arithmetic step runs for
 // long. The rewrite keeps each program's meaning and its step count.
 //
+// Hashing and comparing is measured too, since one step can do a lot of
+// it without allocating: a tuple that shares its parts is exponentially
+// large expanded, and keys whose hashes collide (integers 2^32 apart,
+// tuples built for it) make every lookup compare the key with all of
+// them. Work beyond a small allowance per operation is charged as steps,
+// and an operation that would do more than a bound — per operation, per
+// lookup — fails with ErrStepLimit before it does (memory.go).
+//
 // A request's Starlark stops at MaxExecutionTime (ErrTimeLimit), however
 // long its client would wait; the interpreter checks between steps, so a
-// single step ends first (every guarded one is bounded by the budget; an
-// equality test or hash of a deeply nested tuple that shares its parts is
-// not). It also stops when its request's context ends (a deadline, a
-// cancel); that failure is not the request's, so no abort is recorded and
-// its nonce stays free.
+// single step ends first. Every guarded step is bounded, by the memory
+// budget and the work measure, and the operations that look up or store
+// many keys (set(), dict(), update, union, |, ==, ...) check between
+// keys. What a single step can still take long on is a table that grows:
+// it re-inserts every key, and for keys that collide that costs about
+// what storing them one by one did before. A request's Starlark also
+// stops when its request's context ends (a deadline, a cancel); that
+// failure is not the request's, so no abort is recorded and its nonce
+// stays free.
 //
 // Server-wide, at most MaxConcurrentExecutions requests run Starlark at
 // once, and their budgets add up to at most MaxTotalMemoryBytes: each

@@ -47,16 +47,22 @@ import (
 // (go.starlark.net's Compare, Equal and Hash, called from its EQL..GE and
 // IN instructions, its dict and set operations and built-ins, and its
 // hash table) are all reached from one of these, and each accounts the
-// work before it runs. Where the rewrite leaves a comparison alone, an
-// operand bounds its cost: it is constant-shaped — a literal, None, True
-// or False, or a list, tuple or dict literal of such — or a call of a
-// universal function whose result has no elements (len, type, str, ...;
-// universalValues), the names not bound anywhere in the file. For in,
-// that must be the left operand (and a few words at most), or the right
-// one a string, or a list or tuple literal of constants: a dict on the
-// right hashes the left whatever it is. dict.popitem and set.pop hash a
-// key their receiver holds, accounted when it was stored; **kwargs, % with
-// a mapping and hash() hash only strings.
+// work before it runs — or, where it looks up or stores many keys (set(),
+// dict(), update, union, |, the comparisons of dicts and sets, ...), does
+// that work itself, a key at a time, accounting each lookup with the
+// entries of its hash it compares (memory.go, "Collisions"). Where the
+// rewrite leaves a comparison alone, an operand bounds its cost: it is
+// constant-shaped — a literal, None, True or False, or a list, tuple or
+// dict literal of such — or a call of a universal function whose result
+// has no elements (len, type, str, ...; universalValues), the names not
+// bound anywhere in the file. For in, that must be the left operand (and
+// a few words at most), or the right one a string, or a list or tuple
+// literal of constants: a dict on the right hashes the left whatever it
+// is. dict.popitem and set.pop hash a key their receiver holds, accounted
+// when it was stored; **kwargs, % with a mapping and hash() hash only
+// strings. (A store x[k] = v, a dict literal's and a comprehension's keys
+// are accounted as keys, not for their collisions: the guard does not see
+// the table. Each is a step of its own.)
 //
 // A top-level v op= y that binds v first (in source order) is preceded by
 // a binding of v that never runs, so that the resolver reads v there as
@@ -70,8 +76,8 @@ import (
 // compare rewritten and original programs. The differences: a failing
 // program can fail a few steps later; the first top-level v op= y whose y
 // reads v compiles (and fails when it runs) where it did not; hashing and
-// comparing large values is charged steps (memory.go), which ordinary
-// values are not; and the compiler pads the target address of each
+// comparing large values, and keys whose hashes collide, is charged steps
+// (memory.go), which ordinary values are not; and the compiler pads the target address of each
 // conditional jump with NOPs to four bytes, NOPs that take a step each
 // when the jump falls through, so a jump to an address the larger,
 // rewritten code moved past 127 (or 16383) takes a step fewer — never

@@ -183,6 +183,58 @@ result = 1`},
 result = f(*1)`},
 	{"kwargs of list", `def f(**a): return a
 result = f(**[])`},
+	// Dicts and sets, a key at a time (guardops.go): the interpreter's
+	// results and errors.
+	{"tables", `s = set([3, 1, 2]); t = set([2, 4]); d = {"b": 1, "a": 2}; f = {1: 1.0, 2.0: 2, True: 3}
+result = [set(), set(d), set("ab".elems()), set(range(5)), dict(), dict(d), dict(d, c=3), dict([[1, 2], (3, 4)], x=1), dict(zip([1, 2], [3, 4])), dict(**d), d | {"a": 0, "z": 9},
+	s | t, t | s, s & t, s ^ t, s - t, s.union(), s.union(t, [7], (8,)), s.intersection(t), s.difference([1, 1]), s.symmetric_difference([2, 5, 5]), s.issuperset([1, 2]), s.issuperset(t),
+	s.issubset([1, 2, 3, 4]), set([1.0, 1, True]), f, f | {1.0: "x"}, set([1, 2]) == set([2.0, 1.0]), [set([1])] == [set([1])], (set([1]), 1) < (set([1]), 2), [{1: 2}] == [{1: 2}],
+	set([1, 2]) > set([1]), set([1, 2]) >= set([1, 2]), set([1]) > set([1]), set([1]) >= set([2]), max(set([1]), set([1, 2])), {1: float("nan")} == {1: float("nan")}, [float("nan")] == [float("nan")]]`},
+	{"tables updated", `d = {"a": 1}; d.update({"b": 2}); d.update([("c", 3)], a=0); d.update(); e = {}; e.update(d, **{"z": 1}); s = set([1]); s.update(); s.update([2], (3,), {4: 0}); u = s
+s |= set([9]); t = set(); t.update(s)
+result = [d, e, s, u, t]`},
+	{"set of int", `result = set(1)`},
+	{"set of two", `result = set([1], [2])`},
+	{"set with keyword", `result = set(x=[1])`},
+	{"set of unhashable", `result = set([1, [2], 3])`},
+	{"dict of two", `result = dict({}, {})`},
+	{"dict of int", `result = dict(1)`},
+	{"dict of ints", `result = dict([1])`},
+	{"dict of a short pair", `result = dict([[1]])`},
+	{"dict of a set pair", `result = dict([set([1, 2])])`},
+	{"dict of duplicate keywords", `result = dict(a=1, **{"a": 2})`},
+	{"update of two", `d = {}; d.update({}, {})`},
+	{"update of itself as a pair", `d = {"a": "b", "c": 1}; d.update([d])`},
+	{"update of unhashable", `d = {}; d.update([([1], 2)])`},
+	{"update with duplicate keywords", `d = {}; d.update(b=1, **{"b": 2})`},
+	{"set update with keyword", `s = set(); s.update([1], x=2)`},
+	{"set update of int", `s = set(); s.update([1], 2)`},
+	{"set update of itself", `s = set([1]); s.update(s)`},
+	{"set update during iteration", `s = set([1])
+for x in s:
+    s.update([2])`},
+	{"union of int", `result = set([1]).union([2], 3)`},
+	{"union with keyword", `result = set([1]).union(x=[2])`},
+	{"union of unhashable", `result = set([1]).union([[2]])`},
+	{"intersection of int", `result = set([1]).intersection(1)`},
+	{"intersection of two", `result = set([1]).intersection([1], [2])`},
+	{"intersection of unhashable", `result = set([1]).intersection([[1]])`},
+	{"difference of unhashable", `result = set([1]).difference([[1]])`},
+	{"symmetric difference of unhashable", `result = set([1]).symmetric_difference([[1]])`},
+	{"issuperset of unhashable", `result = set([1]).issuperset([[1]])`},
+	{"issuperset of unhashable after a miss", `result = set([1]).issuperset([2, [1]])`},
+	{"set | list", `result = set([1]) | [2]`},
+	{"dict | list", `result = {} | []`},
+	{"set - dict", `result = set([1]) - {1: 2}`},
+	{"sets ordered in lists", `result = [set([1])] < [set([2])]`},
+	{"dicts ordered in tuples", `result = (1, {1: 2}) < (1, {1: 3})`},
+	{"tuples too deep in sets", `t = (1,)
+for i in range(12):
+    t = (t,)
+u = (1,)
+for i in range(12):
+    u = (u,)
+result = set([t]) == set([u])`},
 }
 
 // plainPredeclared is what a contract saw before the rewrite.

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -101,7 +102,7 @@ var predeclared = func() starlark.StringDict {
 	d[guardPrefix+"hkey"] = guardBuiltin(guardPrefix+"hkey", 2, hkeyGuard)
 	for name, est := range universeGuards {
 		orig := starlark.Universe[name].(*starlark.Builtin)
-		call, work, what := orig.CallInternal, universeWork[name], name+"()"
+		call := orig.CallInternal
 		if impl, ok := universeImpls[name]; ok {
 			call = func(th *starlark.Thread, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 				return impl(th, orig, args, kwargs)
@@ -112,12 +113,6 @@ var predeclared = func() starlark.StringDict {
 			n, err := est(st, args, kwargs)
 			if err == nil {
 				err = st.mem.charge(n, name+"()")
-			}
-			if err == nil && work != nil {
-				w := st.meter(what, nil, nil)
-				if err = work(&w, args, kwargs); err == nil {
-					err = w.done()
-				}
 			}
 			if err != nil {
 				return nil, st.mem.note(err)
@@ -152,7 +147,7 @@ func compareGuard(op syntax.Token) guardFunc {
 				return nil, err
 			}
 		}
-		ok, err := starlark.Compare(op, x, y)
+		ok, err := st.compare(op, x, y)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +161,7 @@ func inGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starla
 	x, y := args[0], args[1]
 	switch y := y.(type) {
 	case *starlark.Dict, *starlark.Set:
-		if err := keyCheck(st, "in", x, y, x); err != nil {
+		if err := lookupCheck(st, "in", x, y, y, x); err != nil {
 			return nil, err
 		}
 	case starlark.Tuple:
@@ -192,7 +187,7 @@ func scanHas(st *starThread, y starlark.Indexable, x starlark.Value) (starlark.V
 				return nil, err
 			}
 		}
-		eq, err := starlark.Equal(e, x)
+		eq, err := st.compare(syntax.EQL, e, x)
 		if err != nil {
 			return nil, errDone(w, err)
 		}
@@ -233,6 +228,17 @@ func keyCheck(st *starThread, op string, x, y, k starlark.Value) error {
 	return w.done()
 }
 
+// lookupCheck accounts a lookup of k in t, a dict or set, for the
+// operation (op, x, y) names: its hash, and its comparisons with the
+// entries of its hash (memory.go).
+func lookupCheck(st *starThread, op string, x, y, t, k starlark.Value) error {
+	w := st.meter(op, x, y)
+	if _, err := w.lookupOne(t, k); err != nil {
+		return err
+	}
+	return w.done()
+}
+
 // hkeyGuard passes through a key about to be stored with x[k] = v, or
 // by a dict comprehension, having accounted its hash.
 func hkeyGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []starlark.Tuple) (starlark.Value, error) {
@@ -240,6 +246,577 @@ func hkeyGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []star
 		return nil, err
 	}
 	return args[0], nil
+}
+
+// compare is starlark.Compare(op, x, y), which the guards use once they
+// have accounted it: the same result and errors, but the comparisons of
+// dicts and sets — within tuples and lists or not — look their keys up
+// one at a time here, stopping if the thread is cancelled (memory.go,
+// "Collisions"). An ordered comparison of sets that is a subset test
+// (< and <=) is the interpreter's, whose walk of each key's entries
+// (hashtable.go's count) only it can make.
+func (st *starThread) compare(op syntax.Token, x, y starlark.Value) (bool, error) {
+	return st.compareDepth(op, x, y, starlark.CompareLimit)
+}
+
+// compareDepth is starlark.CompareDepth (value.go), whose recursion into
+// tuples, lists, dicts and sets (sliceCompare, dictsEqual, setsEqual,
+// IsSuperset) it follows.
+func (st *starThread) compareDepth(op syntax.Token, x, y starlark.Value, depth int) (bool, error) {
+	if depth < 1 {
+		return false, errors.New("comparison exceeded maximum recursion depth")
+	}
+	switch x := x.(type) {
+	case starlark.Tuple:
+		if y, ok := y.(starlark.Tuple); ok {
+			return compareSeq(st, op, x, y, depth)
+		}
+	case *starlark.List:
+		if y, ok := y.(*starlark.List); ok {
+			return compareSeq(st, op, x, y, depth)
+		}
+	case *starlark.Dict:
+		if y, ok := y.(*starlark.Dict); ok && (op == syntax.EQL || op == syntax.NEQ) {
+			eq, err := st.dictsEqual(x, y, depth)
+			return eq != (op == syntax.NEQ), err
+		}
+	case *starlark.Set:
+		if y, ok := y.(*starlark.Set); ok {
+			switch op {
+			case syntax.EQL, syntax.NEQ:
+				eq, err := st.setsEqual(x, y)
+				return eq != (op == syntax.NEQ), err
+			case syntax.GE, syntax.GT:
+				if x.Len() < y.Len() || op == syntax.GT && x.Len() == y.Len() {
+					return false, nil
+				}
+				return st.superset(x, y)
+			}
+		}
+	}
+	return starlark.CompareDepth(op, x, y, depth)
+}
+
+// compareSeq is the interpreter's sliceCompare, of two lists or two
+// tuples. (Generic, so that a tuple is not boxed as an Indexable.)
+func compareSeq[S interface {
+	Len() int
+	Index(int) starlark.Value
+}](st *starThread, op syntax.Token, x, y S, depth int) (bool, error) {
+	if x.Len() != y.Len() && (op == syntax.EQL || op == syntax.NEQ) {
+		return op == syntax.NEQ, nil
+	}
+	for i := 0; i < x.Len() && i < y.Len(); i++ {
+		xi, yi := x.Index(i), y.Index(i)
+		if eq, err := st.compareDepth(syntax.EQL, xi, yi, depth-1); err != nil {
+			return false, err
+		} else if !eq {
+			switch op {
+			case syntax.EQL:
+				return false, nil
+			case syntax.NEQ:
+				return true, nil
+			}
+			return st.compareDepth(op, xi, yi, depth-1)
+		}
+	}
+	return threeway(op, x.Len()-y.Len()), nil
+}
+
+// threeway is the interpreter's: op applied to the result of a three-way
+// comparison.
+func threeway(op syntax.Token, cmp int) bool {
+	switch op {
+	case syntax.EQL:
+		return cmp == 0
+	case syntax.NEQ:
+		return cmp != 0
+	case syntax.LE:
+		return cmp <= 0
+	case syntax.LT:
+		return cmp < 0
+	case syntax.GE:
+		return cmp >= 0
+	}
+	return cmp > 0 // syntax.GT
+}
+
+// dictsEqual is the interpreter's: each key of x looked up in y (its
+// errors ignored), and the values compared.
+func (st *starThread) dictsEqual(x, y *starlark.Dict, depth int) (bool, error) {
+	if x.Len() != y.Len() {
+		return false, nil
+	}
+	for k, xv := range x.Entries() {
+		if err := st.interrupted(); err != nil {
+			return false, err
+		}
+		yv, found, _ := y.Get(k)
+		if !found {
+			return false, nil
+		}
+		if eq, err := st.compareDepth(syntax.EQL, xv, yv, depth-1); err != nil || !eq {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// setsEqual is the interpreter's: each element of x looked up in y (its
+// errors ignored).
+func (st *starThread) setsEqual(x, y *starlark.Set) (bool, error) {
+	if x.Len() != y.Len() {
+		return false, nil
+	}
+	for e := range x.Elements() {
+		if err := st.interrupted(); err != nil {
+			return false, err
+		}
+		if found, _ := y.Has(e); !found {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// superset is the interpreter's x.IsSuperset(y.Iterate()).
+func (st *starThread) superset(x, y *starlark.Set) (bool, error) {
+	iter := y.Iterate()
+	defer iter.Done()
+	var e starlark.Value
+	for iter.Next(&e) {
+		if err := st.interrupted(); err != nil {
+			return false, err
+		}
+		if found, err := x.Has(e); err != nil || !found {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// ---- dicts and sets, a key at a time ----
+
+// The operations that look up or store many keys in one call: the
+// universe's set and dict, dict.update, the set methods of
+// tableMethods, and | & ^ - of sets and | of dicts (|= of dicts is
+// inplace). Each does what the interpreter's does (library.go, value.go,
+// eval.go), in the same order, with the same results and errors, but a
+// key at a time: each lookup readied by workMeter.next — its hash and
+// collisions accounted, the steps charged so far, the thread's
+// cancellation checked — and each new table made at its final size, so
+// that it does not grow, rehashing every key, within the operation.
+// Errors of the accounting are returned as they are; the interpreter's
+// are named as the interpreter names them.
+
+// nameErr is the interpreter's: "name: msg".
+func nameErr(b *starlark.Builtin, msg any) error { return fmt.Errorf("%s: %v", b.Name(), msg) }
+
+// named returns a function that names an error as a method or function
+// of that name does.
+func named(name string) func(error) error {
+	return func(err error) error { return fmt.Errorf("%s: %v", name, err) }
+}
+
+// sizeHint is the number of keys x, an argument, holds, if it knows; 0 if
+// not.
+func sizeHint(x starlark.Value) int { return max(0, starlark.Len(x)) }
+
+// guardedSet is the universe's set.
+func guardedSet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var iterable starlark.Iterable
+	if err := starlark.UnpackPositionalArgs("set", args, kwargs, 0, &iterable); err != nil {
+		return nil, err
+	}
+	if iterable == nil {
+		return new(starlark.Set), nil
+	}
+	w := starOf(th).meter("set()", nil, nil)
+	s := starlark.NewSet(sizeHint(iterable))
+	iter := iterable.Iterate()
+	defer iter.Done()
+	var x starlark.Value
+	for iter.Next(&x) {
+		if err := w.next(s, x); err != nil {
+			return nil, err
+		}
+		if err := s.Insert(x); err != nil {
+			return nil, nameErr(b, err)
+		}
+	}
+	return s, w.done()
+}
+
+// guardedDict is the universe's dict.
+func guardedDict(th *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if len(args) > 1 {
+		return nil, fmt.Errorf("dict: got %d arguments, want at most 1", len(args))
+	}
+	n := len(kwargs)
+	if len(args) == 1 {
+		n += sizeHint(args[0])
+	}
+	w := starOf(th).meter("dict()", nil, nil)
+	d := starlark.NewDict(n)
+	if err := updateDict(&w, d, args, kwargs, named("dict")); err != nil {
+		return nil, err
+	}
+	return d, w.done()
+}
+
+// tableUpdate is dict.update and set.update.
+func tableUpdate(w *workMeter, m *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	switch recv := m.Receiver().(type) {
+	case *starlark.Dict:
+		if len(args) > 1 {
+			return nil, fmt.Errorf("update: got %d arguments, want at most 1", len(args))
+		}
+		if err := updateDict(w, recv, args, kwargs, named("update")); err != nil {
+			return nil, err
+		}
+	case *starlark.Set:
+		if err := setUpdate(w, recv, args, kwargs, named(m.Name())); err != nil {
+			return nil, err
+		}
+	}
+	return starlark.None, nil
+}
+
+// updateDict is the interpreter's, d updated with updates (at most one)
+// and kwargs; name names its errors.
+func updateDict(w *workMeter, d *starlark.Dict, updates starlark.Tuple, kwargs []starlark.Tuple, name func(error) error) error {
+	if len(updates) == 1 {
+		switch updates := updates[0].(type) {
+		case starlark.IterableMapping:
+			for _, item := range updates.Items() {
+				if err := w.next(d, item[0]); err != nil {
+					return err
+				}
+				if err := d.SetKey(item[0], item[1]); err != nil {
+					return name(err)
+				}
+			}
+		default:
+			iter := starlark.Iterate(updates)
+			if iter == nil {
+				return name(fmt.Errorf("got %s, want iterable", updates.Type()))
+			}
+			defer iter.Done()
+			// Each pair stays iterated until the update ends, as in the
+			// interpreter (a pair that is d makes the next store fail).
+			var pairs []starlark.Iterator
+			defer func() {
+				for _, it := range pairs {
+					it.Done()
+				}
+			}()
+			var pair starlark.Value
+			for i := 0; iter.Next(&pair); i++ {
+				iter2 := starlark.Iterate(pair)
+				if iter2 == nil {
+					return name(fmt.Errorf("dictionary update sequence element #%d is not iterable (%s)", i, pair.Type()))
+				}
+				pairs = append(pairs, iter2)
+				n := starlark.Len(pair)
+				if n < 0 {
+					return name(fmt.Errorf("dictionary update sequence element #%d has unknown length (%s)", i, pair.Type()))
+				} else if n != 2 {
+					return name(fmt.Errorf("dictionary update sequence element #%d has length %d, want 2", i, n))
+				}
+				var k, v starlark.Value
+				iter2.Next(&k)
+				iter2.Next(&v)
+				if err := w.next(d, k); err != nil {
+					return err
+				}
+				if err := d.SetKey(k, v); err != nil {
+					return name(err)
+				}
+			}
+		}
+	}
+	before := d.Len()
+	for _, pair := range kwargs {
+		if err := w.next(d, pair[0]); err != nil {
+			return err
+		}
+		if err := d.SetKey(pair[0], pair[1]); err != nil {
+			return name(err)
+		}
+	}
+	if d.Len() < before+len(kwargs) {
+		keys := make(map[starlark.String]bool, len(kwargs))
+		for _, kv := range kwargs {
+			k := kv[0].(starlark.String)
+			if keys[k] {
+				return name(fmt.Errorf("duplicate keyword arg: %v", k))
+			}
+			keys[k] = true
+		}
+	}
+	return nil
+}
+
+// setUpdate is the interpreter's, s updated with the elements of args;
+// name names its errors.
+func setUpdate(w *workMeter, s *starlark.Set, args starlark.Tuple, kwargs []starlark.Tuple, name func(error) error) error {
+	if len(kwargs) > 0 {
+		return name(errors.New("does not accept keyword arguments"))
+	}
+	for i, arg := range args {
+		iterable, ok := arg.(starlark.Iterable)
+		if !ok {
+			return name(fmt.Errorf("argument #%d is not iterable: %s", i+1, arg.Type()))
+		}
+		if err := func() error {
+			iter := iterable.Iterate()
+			defer iter.Done()
+			return insertAll(w, s, iter, name)
+		}(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertAll is the interpreter's s.InsertAll(iter).
+func insertAll(w *workMeter, s *starlark.Set, iter starlark.Iterator, name func(error) error) error {
+	var x starlark.Value
+	for iter.Next(&x) {
+		if err := w.next(s, x); err != nil {
+			return err
+		}
+		if err := s.Insert(x); err != nil {
+			return name(err)
+		}
+	}
+	return nil
+}
+
+// cloneSet is the interpreter's s.clone(), with room for extra more keys.
+func cloneSet(w *workMeter, s *starlark.Set, extra int) (*starlark.Set, error) {
+	c := starlark.NewSet(s.Len() + extra)
+	for e := range s.Elements() {
+		if err := w.next(c, e); err != nil {
+			return nil, err
+		}
+		_ = c.Insert(e) // c is new: cannot fail
+	}
+	return c, nil
+}
+
+// setUnion is set.union.
+func setUnion(w *workMeter, m *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	extra := 0
+	for _, a := range args {
+		extra += sizeHint(a)
+	}
+	u, err := cloneSet(w, m.Receiver().(*starlark.Set), extra)
+	if err != nil {
+		return nil, err
+	}
+	if err := setUpdate(w, u, args, kwargs, named(m.Name())); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// setWithOther is set.intersection, difference, symmetric_difference and
+// issuperset, of one iterable.
+func setWithOther(w *workMeter, m *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var other starlark.Iterable
+	if err := starlark.UnpackPositionalArgs(m.Name(), args, kwargs, 0, &other); err != nil {
+		return nil, err
+	}
+	if other == nil {
+		// The interpreter panics (setOpBytes refuses it first).
+		return nil, fmt.Errorf("%s: got 0 arguments, want 1", m.Name())
+	}
+	s := m.Receiver().(*starlark.Set)
+	iter := other.Iterate()
+	defer iter.Done()
+	var z starlark.Value
+	var err error
+	switch m.Name() {
+	case "intersection":
+		z, err = setIntersection(w, s, iter, sizeHint(other))
+	case "difference":
+		z, err = setDifference(w, s, iter)
+	case "symmetric_difference":
+		z, err = setSymmetricDifference(w, s, iter, sizeHint(other))
+	default: // issuperset
+		var ok bool
+		ok, err = setIsSuperset(w, s, iter)
+		z = starlark.Bool(ok)
+	}
+	if err != nil {
+		var own ownErr
+		if errors.As(err, &own) {
+			return nil, nameErr(m, own.error)
+		}
+		return nil, err
+	}
+	return z, nil
+}
+
+// ownErr marks an error of the interpreter's operation, which the caller
+// names as the interpreter does, where errors of the accounting pass as
+// they are.
+type ownErr struct{ error }
+
+// setIntersection is the interpreter's s.Intersection(other).
+func setIntersection(w *workMeter, s *starlark.Set, other starlark.Iterator, size int) (*starlark.Set, error) {
+	z := starlark.NewSet(min(s.Len(), size))
+	var x starlark.Value
+	for other.Next(&x) {
+		if err := w.next(s, x); err != nil {
+			return nil, err
+		}
+		found, err := s.Has(x)
+		if err != nil {
+			return nil, ownErr{err}
+		}
+		if found {
+			if err := w.next(z, x); err != nil {
+				return nil, err
+			}
+			if err := z.Insert(x); err != nil {
+				return nil, ownErr{err}
+			}
+		}
+	}
+	return z, nil
+}
+
+// setDifference is the interpreter's s.Difference(other).
+func setDifference(w *workMeter, s *starlark.Set, other starlark.Iterator) (*starlark.Set, error) {
+	if s.Len() == 0 {
+		// The interpreter's clone of an empty set has no table, and
+		// deleting from it hashes nothing: no key fails.
+		return new(starlark.Set), nil
+	}
+	z, err := cloneSet(w, s, 0)
+	if err != nil {
+		return nil, err
+	}
+	var x starlark.Value
+	for other.Next(&x) {
+		if err := w.next(z, x); err != nil {
+			return nil, err
+		}
+		if _, err := z.Delete(x); err != nil {
+			return nil, ownErr{err}
+		}
+	}
+	return z, nil
+}
+
+// setSymmetricDifference is the interpreter's
+// s.SymmetricDifference(other).
+func setSymmetricDifference(w *workMeter, s *starlark.Set, other starlark.Iterator, size int) (*starlark.Set, error) {
+	z, err := cloneSet(w, s, size)
+	if err != nil {
+		return nil, err
+	}
+	// tableless is whether the interpreter's z would have no table yet:
+	// a clone of an empty set, nothing stored. Deleting from it hashes
+	// nothing.
+	tableless := s.Len() == 0
+	var x starlark.Value
+	for other.Next(&x) {
+		if err := w.next(z, x); err != nil {
+			return nil, err
+		}
+		found := false
+		if !tableless {
+			if found, err = z.Delete(x); err != nil {
+				return nil, ownErr{err}
+			}
+		}
+		if !found {
+			if err := w.next(z, x); err != nil {
+				return nil, err
+			}
+			_ = z.Insert(x) // as the interpreter: its error ignored
+			tableless = false
+		}
+	}
+	return z, nil
+}
+
+// setIsSuperset is the interpreter's s.IsSuperset(other).
+func setIsSuperset(w *workMeter, s *starlark.Set, other starlark.Iterator) (bool, error) {
+	var x starlark.Value
+	for other.Next(&x) {
+		if err := w.next(s, x); err != nil {
+			return false, err
+		}
+		found, err := s.Has(x)
+		if err != nil {
+			return false, ownErr{err}
+		}
+		if !found {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// tableBinop is x op y for two dicts (|) or two sets (| & ^ -), as the
+// interpreter's Binary; ok is false for other operands.
+func tableBinop(w *workMeter, op syntax.Token, x, y starlark.Value) (starlark.Value, bool, error) {
+	switch x := x.(type) {
+	case *starlark.Dict:
+		y, isDict := y.(*starlark.Dict)
+		if !isDict || op != syntax.PIPE {
+			return nil, false, nil
+		}
+		// x.Union(y)
+		u := starlark.NewDict(x.Len() + y.Len())
+		for _, t := range []*starlark.Dict{x, y} {
+			for k, v := range t.Entries() {
+				if err := w.next(u, k); err != nil {
+					return nil, true, err
+				}
+				_ = u.SetKey(k, v) // u is new: cannot fail
+			}
+		}
+		return u, true, nil
+	case *starlark.Set:
+		y, isSet := y.(*starlark.Set)
+		if !isSet || op != syntax.PIPE && op != syntax.AMP && op != syntax.CIRCUMFLEX && op != syntax.MINUS {
+			return nil, false, nil
+		}
+		z, err := setBinop(w, op, x, y)
+		var own ownErr
+		if errors.As(err, &own) {
+			err = own.error
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		return z, true, nil
+	}
+	return nil, false, nil
+}
+
+// setBinop is x op y for two sets and op one of | & ^ -.
+func setBinop(w *workMeter, op syntax.Token, x, y *starlark.Set) (*starlark.Set, error) {
+	iter := y.Iterate()
+	defer iter.Done()
+	switch op {
+	case syntax.PIPE:
+		u, err := cloneSet(w, x, y.Len())
+		if err == nil {
+			err = insertAll(w, u, iter, func(err error) error { return ownErr{err} })
+		}
+		return u, err
+	case syntax.AMP:
+		return setIntersection(w, x, iter, y.Len())
+	case syntax.CIRCUMFLEX:
+		return setSymmetricDifference(w, x, iter, y.Len())
+	}
+	return setDifference(w, x, iter)
 }
 
 // ---- operators ----
@@ -252,39 +829,20 @@ func binopGuard(op syntax.Token) guardFunc {
 		if err == nil {
 			err = st.mem.charge(n, what)
 		}
-		if err == nil {
-			err = binopWork(st, op, x, y)
-		}
 		if err != nil {
 			return nil, err
 		}
+		if tableLike(x) {
+			w := st.meter(op.String(), x, y)
+			if z, ok, err := tableBinop(&w, op, x, y); ok {
+				if err != nil {
+					return nil, err
+				}
+				return z, w.done()
+			}
+		}
 		return starlark.Binary(op, x, y)
 	}
-}
-
-// binopWork accounts the hashing of x op y on sets and dicts, which
-// copy x's keys (set | - ^, dict |) or look x's up (&) and hash y's.
-func binopWork(st *starThread, op syntax.Token, x, y starlark.Value) error {
-	switch x.(type) {
-	case *starlark.Dict:
-		if _, ok := y.(*starlark.Dict); !ok || op != syntax.PIPE {
-			return nil
-		}
-	case *starlark.Set:
-		if _, ok := y.(*starlark.Set); !ok || op != syntax.PIPE && op != syntax.AMP && op != syntax.CIRCUMFLEX && op != syntax.MINUS {
-			return nil
-		}
-	default:
-		return nil
-	}
-	w := st.meter(op.String(), x, y)
-	if err := w.keysOf(x); err != nil {
-		return err
-	}
-	if err := w.keysOf(y); err != nil {
-		return err
-	}
-	return w.done()
 }
 
 // binopBytes estimates what x op y allocates (starlark.Binary's cases).
@@ -453,18 +1011,15 @@ func inplace(th *starlark.Thread, st *starThread, op syntax.Token, x, y starlark
 				return nil, err
 			}
 			w := st.meter("|=", x, y)
-			if err := w.keysOf(y); err != nil {
-				return nil, err
-			}
-			if err := w.done(); err != nil {
-				return nil, err
-			}
 			for _, kv := range y.Items() { // a copy: x may be y
+				if err := w.next(x, kv[0]); err != nil {
+					return nil, err
+				}
 				if err := x.SetKey(kv[0], kv[1]); err != nil {
 					return nil, err
 				}
 			}
-			return x, nil
+			return x, w.done()
 		}
 	}
 	return binopGuard(op)(th, st, starlark.Tuple{x, y}, nil)
@@ -542,7 +1097,7 @@ func indexGuard(_ *starlark.Thread, st *starThread, args starlark.Tuple, _ []sta
 func getIndex(st *starThread, x, y starlark.Value) (starlark.Value, error) {
 	switch x := x.(type) {
 	case starlark.Mapping:
-		if err := keyCheck(st, "[key]", x, nil, y); err != nil {
+		if err := lookupCheck(st, "[key]", x, nil, x, y); err != nil {
 			return nil, err
 		}
 		z, found, err := x.Get(y)
@@ -779,25 +1334,37 @@ var guardedMethods = map[string]methodEstimate{
 type methodWork func(w *workMeter, recv starlark.Value, name string, args starlark.Tuple, kwargs []starlark.Tuple) error
 
 // workMethods are the methods of the built-in types that hash or compare
-// their arguments: the dict and set methods that look keys up or store
-// them, and list.index and list.remove, which compare each element with
-// their argument. (dict.popitem and set.pop hash a key the receiver
-// holds, which was accounted when it was stored.)
+// their arguments: the dict and set methods that look a key up or store
+// it, and list.index and list.remove, which compare each element with
+// their argument; and set.issubset, which looks up each element of its
+// argument. (dict.popitem and set.pop hash a key the receiver holds,
+// which was accounted when it was stored.) The dict and set methods that
+// look up or store many keys are tableMethods.
 var workMethods = map[string]methodWork{
-	"get":                  keyArgWork,
-	"pop":                  keyArgWork,
-	"setdefault":           keyArgWork,
-	"add":                  keyArgWork,
-	"discard":              keyArgWork,
-	"remove":               keyArgWork,
-	"index":                keyArgWork,
-	"update":               updateWork,
-	"union":                setOpWork,
-	"intersection":         setOpWork,
-	"difference":           setOpWork,
-	"symmetric_difference": setOpWork,
-	"issubset":             setOpWork,
-	"issuperset":           setOpWork,
+	"get":        keyArgWork,
+	"pop":        keyArgWork,
+	"setdefault": keyArgWork,
+	"add":        keyArgWork,
+	"discard":    keyArgWork,
+	"remove":     keyArgWork,
+	"index":      keyArgWork,
+	"issubset":   issubsetWork,
+}
+
+// tableMethod is a dict or set method that looks up or stores many keys,
+// done by the guards a key at a time (memory.go, "Collisions"); m is the
+// interpreter's, bound to its receiver, which names the errors.
+type tableMethod func(w *workMeter, m *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
+
+// tableMethods are the dict and set methods done a key at a time, for a
+// receiver of those types.
+var tableMethods = map[string]tableMethod{
+	"update":               tableUpdate,
+	"union":                setUnion,
+	"intersection":         setWithOther,
+	"difference":           setWithOther,
+	"symmetric_difference": setWithOther,
+	"issuperset":           setWithOther,
 }
 
 // isGuardedMethod reports whether a method of that name is called
@@ -805,6 +1372,9 @@ var workMethods = map[string]methodWork{
 // receiver.
 func isGuardedMethod(name string) bool {
 	if _, ok := guardedMethods[name]; ok {
+		return true
+	}
+	if _, ok := tableMethods[name]; ok {
 		return true
 	}
 	_, ok := workMethods[name]
@@ -827,6 +1397,15 @@ func callMethod(th *starlark.Thread, st *starThread, recv starlark.Value, name s
 			return nil, st.mem.note(err)
 		}
 	}
+	if table, ok := tableMethods[name]; ok && tableLike(recv) {
+		w := st.meter(name, recv, nil)
+		w.method = true
+		v, err := table(&w, m.(*starlark.Builtin), args, kwargs)
+		if err != nil {
+			return nil, err
+		}
+		return v, w.done()
+	}
 	if work, ok := workMethods[name]; ok {
 		w := st.meter(name, recv, nil)
 		w.method = true
@@ -841,6 +1420,15 @@ func callMethod(th *starlark.Thread, st *starThread, recv starlark.Value, name s
 	return m.CallInternal(th, args, kwargs)
 }
 
+// tableLike reports whether x is a dict or a set.
+func tableLike(x starlark.Value) bool {
+	switch x.(type) {
+	case *starlark.Dict, *starlark.Set:
+		return true
+	}
+	return false
+}
+
 // keyArgWork accounts a dict or set method that looks up or stores its
 // first argument (get, pop, setdefault, add, discard, remove), and
 // list.index and list.remove, which compare it with each element.
@@ -850,10 +1438,8 @@ func keyArgWork(w *workMeter, recv starlark.Value, name string, args starlark.Tu
 	}
 	switch recv := recv.(type) {
 	case *starlark.Dict, *starlark.Set:
-		if _, ok := args[0].(starlark.Tuple); ok {
-			_, err := w.key(args[0])
-			return err
-		}
+		_, err := w.lookupOne(recv, args[0])
+		return err
 	case *starlark.List:
 		if name != "index" && name != "remove" || cheapOperand(args[0]) {
 			return nil
@@ -868,68 +1454,39 @@ func keyArgWork(w *workMeter, recv starlark.Value, name string, args starlark.Tu
 	return nil
 }
 
-// updateWork accounts dict.update (dictUpdateWork), and set.update, which
-// stores the elements of each argument.
-func updateWork(w *workMeter, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) error {
-	switch recv.(type) {
-	case *starlark.Dict:
-		return dictUpdateWork(w, args)
-	case *starlark.Set:
-		for _, a := range args {
-			if err := w.keysOf(a); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// dictUpdateWork accounts dict.update(args) and dict(args): the keys of a
-// mapping, or the first elements of pairs, up to where the update fails.
-// (The keyword arguments are strings.)
-func dictUpdateWork(w *workMeter, args starlark.Tuple) error {
-	if len(args) != 1 {
-		return nil
-	}
-	if m, ok := args[0].(starlark.IterableMapping); ok {
-		return w.keysOf(m)
-	}
-	it, ok := args[0].(starlark.Iterable)
+// issubsetWork accounts set.issubset, which looks each element of its
+// argument up in the receiver (comparing it with every entry of its hash,
+// found or not: hashtable.go's count), up to the first unhashable one;
+// and the receiver's own keys.
+func issubsetWork(w *workMeter, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) error {
+	s, ok := recv.(*starlark.Set)
 	if !ok {
 		return nil
 	}
-	iter := it.Iterate()
-	defer iter.Done()
-	var pair starlark.Value
-	for iter.Next(&pair) {
-		pi := starlark.Iterate(pair)
-		if pi == nil {
-			return nil
-		}
-		var k starlark.Value
-		ok := starlark.Len(pair) == 2 && pi.Next(&k)
-		pi.Done()
-		if !ok {
-			return nil
-		}
-		if hashable, err := w.key(k); err != nil || !hashable {
+	for e := range s.Elements() {
+		if _, err := w.key(e); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-// setOpWork accounts the set methods that copy the receiver's elements
-// and hash those of their arguments.
-func setOpWork(w *workMeter, recv starlark.Value, _ string, args starlark.Tuple, _ []starlark.Tuple) error {
-	if _, ok := recv.(*starlark.Set); !ok {
-		return nil
-	}
-	if err := w.keysOf(recv); err != nil {
-		return err
-	}
 	for _, a := range args {
-		if err := w.keysOf(a); err != nil {
+		it, ok := a.(starlark.Iterable)
+		if !ok {
+			continue
+		}
+		if err := func() error {
+			iter := it.Iterate()
+			defer iter.Done()
+			var k starlark.Value
+			for iter.Next(&k) {
+				if err := w.st.interrupted(); err != nil {
+					return err
+				}
+				if hashable, err := w.lookup(s, k); err != nil || !hashable {
+					return err
+				}
+			}
+			return nil
+		}(); err != nil {
 			return err
 		}
 	}
@@ -1303,27 +1860,16 @@ var universeGuards = map[string]universeEstimate{
 	},
 }
 
-// universeWork accounts the hashing of the universe's functions that
-// build a set or a dict; predeclared runs each before the function.
-var universeWork = map[string]func(w *workMeter, args starlark.Tuple, kwargs []starlark.Tuple) error{
-	"set": func(w *workMeter, args starlark.Tuple, _ []starlark.Tuple) error {
-		if len(args) == 0 {
-			return nil
-		}
-		return w.keysOf(args[0])
-	},
-	"dict": func(w *workMeter, args starlark.Tuple, _ []starlark.Tuple) error {
-		return dictUpdateWork(w, args)
-	},
-}
-
-// universeImpls replace the universe's functions that compare values:
-// the same functions, each comparison accounted first. orig is the
-// universe's function, which names the errors.
+// universeImpls replace the universe's functions that compare values,
+// or build a set or a dict: the same functions, each comparison accounted
+// first, each key stored a key at a time (memory.go, "Collisions"). orig
+// is the universe's function, which names the errors.
 var universeImpls = map[string]func(th *starlark.Thread, orig *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error){
 	"sorted": guardedSorted,
 	"min":    guardedMinMax,
 	"max":    guardedMinMax,
+	"set":    guardedSet,
+	"dict":   guardedDict,
 }
 
 // guardedSorted is the universe's sorted (go.starlark.net's library.go,
@@ -1402,7 +1948,11 @@ func (s *sortSlice) Less(i, j int) bool {
 			return false
 		}
 	}
-	ok, err := starlark.Compare(syntax.LT, keys[i], keys[j])
+	ok, err := s.w.st.compare(syntax.LT, keys[i], keys[j])
+	if errors.Is(err, errCancelled) {
+		s.refused = err
+		return false
+	}
 	if err != nil {
 		s.err = err
 	}
@@ -1480,7 +2030,9 @@ func guardedMinMax(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 				return nil, err
 			}
 		}
-		if ok, err := starlark.Compare(op, key, extremeKey); err != nil {
+		if ok, err := w.st.compare(op, key, extremeKey); errors.Is(err, errCancelled) {
+			return nil, err
+		} else if err != nil {
 			return nil, fmt.Errorf("%s: %v", b.Name(), err)
 		} else if ok {
 			extremum = x

@@ -61,8 +61,8 @@ func TestCompareUnits(t *testing.T) {
 }
 
 // TestKeyUnits: a tuple hashed as a key may take maxKeyUnits units, and
-// not one more; other keys are not bounded (their hashes cannot be made
-// to collide, and they take time linear in what the memory budget holds).
+// not one more; other keys are not bounded (they take time linear in what
+// the memory budget holds; their collisions are: collision_test.go).
 func TestKeyUnits(t *testing.T) {
 	for _, src := range []string{
 		"d = {}; d[tuple(range(255))] = 1",           // 256 units

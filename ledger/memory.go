@@ -497,26 +497,66 @@ func valueBytes(x starlark.Value) int64 {
 // in bytes the memory budget already counted. Only tuples can be keys and
 // have elements; a tuple hashed as a dict or set key (stored or looked up)
 // may not pass maxKeyUnits, because a lookup also compares the key with
-// every entry whose hash equals its own, and tuple hashes are easy to make
-// collide (those of strings of twelve bytes or more are seeded per
-// process; integers collide 2^32 apart): a lookup costs at most
-// maxKeyUnits per colliding entry of the table.
+// the entries whose hash equals its own (below).
 //
-// Not bounded yet: the number of colliding entries. A table of n keys
-// with one hash costs n²/2 comparisons to fill — a step at a time if it
-// is filled by stores, each step costing n at most; in one step if one
-// operation fills, copies or compares it (set(), dict(), update, union,
-// |, ==). Each key's units are accounted, not the collisions.
+// Collisions. A lookup in a dict or set — to find, store or delete a key —
+// compares the key with each entry of the table whose hash equals its own
+// until one is equal (go.starlark.net's hashtable.go), and the hashes of
+// contract values are 32 bits and easy to make equal: integers 2^32
+// apart, floats of one integer part, tuples solved for a hash (the tuple
+// hash is Python's), strings of fewer than twelve bytes (FNV; longer ones
+// are seeded per process). n keys of one hash take n²/2 comparisons to put
+// in one table, and one set(), dict(), update, union, | or == made them
+// all in one step: 40,000 integers took 24 s, 5,000 tuples 37 s. So a
+// lookup that a guard makes, or leads to, first counts the entries of its
+// key's hash (collisions: a probe that walks the table comparing nothing),
+// and accounts as one elementary operation
+//
+//	u + c·u - 1 units: hashing a key of u units and comparing it with
+//	the c entries of its hash; 2u-1, as for one, if c ≤ freeCollisions
+//
+// — what any key cost before collisions were counted, so that ordinary
+// tables cost what they did; the key of a lookup of one key that is not a
+// tuple, whose hash was not measured, costs nothing until c passes
+// freeCollisions. A lookup that would compare its key with more than
+// maxCollisions entries is refused with ErrStepLimit.
+//
+// The operations that look up or store many keys in one call (set(),
+// dict(), update, union, intersection, difference, symmetric_difference,
+// issuperset, | & ^ - of sets, | and |= of dicts, and the comparisons of
+// dicts and sets, within others or not) are done by the guards a key at a
+// time (workMeter.next): each lookup accounted before it is made, the
+// steps of the excess charged as they go, the thread's cancellation
+// checked between keys; and a table they make is made at its final size,
+// so that it does not grow, re-inserting every key, within them. Every
+// key of a set arrives through a guard, so a set holds at most
+// maxCollisions+1 keys of one hash; a dict filled by x[k] = v, a literal
+// or a comprehension can hold more, each store a step of its own.
+//
+// Left unbounded within one step: the walk between comparisons. A lookup
+// passes over every entry of its key's bucket, a few nanoseconds each,
+// comparing only those of its hash, and keys whose hashes differ but
+// share their low bits share a bucket; the operations above walk between
+// cancellation checks, but for set < and <= and issubset (the
+// interpreter's). And a table that grows, when a store passes its load
+// factor, re-inserts every key: for keys that collide or share a bucket
+// that costs, in the one step of the store (x[k] = v, a comprehension,
+// update, add), about what storing them one by one did over many steps —
+// within the time the execution has run, or that its contract's top level
+// ran, if that built the table.
 //
 // Like the memory charges, the units are deterministic functions of the
 // values involved, so a Validator re-executing a transaction charges and
-// refuses exactly what the ledger did.
+// refuses exactly what the ledger did. (Keys whose hash is seeded collide
+// by chance, a pair in 2^32: more than freeCollisions of them never do.)
 const (
-	bytesPerUnit = 64  // bytes of a string or bytes value compared or hashed per unit
-	bitsPerUnit  = 512 // bits of an integer compared per unit
-	freeUnits    = 16  // units of one elementary hash or comparison its step pays for
-	unitsPerStep = 32  // units of excess charged as one step
-	maxKeyUnits  = 256 // units of a tuple hashed as a dict or set key
+	bytesPerUnit   = 64   // bytes of a string or bytes value compared or hashed per unit
+	bitsPerUnit    = 512  // bits of an integer compared per unit
+	freeUnits      = 16   // units of one elementary hash or comparison its step pays for
+	unitsPerStep   = 32   // units of excess charged as one step
+	maxKeyUnits    = 256  // units of a tuple hashed as a dict or set key
+	maxCollisions  = 1024 // entries of its hash one lookup may compare a key with
+	freeCollisions = 4    // entries of its hash a lookup compares a key with for the price of one
 )
 
 // maxWork is the excess, in units, that one operation may take.
@@ -529,6 +569,13 @@ type cost struct {
 	// nest is the deepest nesting of sequences an ordered comparison
 	// reached: it compares the first differing pair of each level again.
 	nest int
+	// st, if not nil, is the thread whose cancellation stops the
+	// measure (with err) before each probe of a table; crowd is the most
+	// entries of one hash a lookup met (past maxCollisions, the measure
+	// stops).
+	st    *starThread
+	err   error
+	crowd int
 }
 
 func (c *cost) add(k int64) { c.n = addSat(c.n, k) }
@@ -657,7 +704,10 @@ func (c *cost) compare(ordered bool, x, y starlark.Value, depth, level int) {
 				if c.over() {
 					return
 				}
-				c.key(k)
+				c.lookup(y, k)
+				if c.over() {
+					return
+				}
 				yv, found, _ := y.Get(k)
 				if !found {
 					return
@@ -671,14 +721,15 @@ func (c *cost) compare(ordered bool, x, y starlark.Value, depth, level int) {
 			// setsEqual looks x's elements up in y; subset and superset
 			// look y's up in x.
 			c.add(1)
-			if !ordered && x.Len() != y.Len() {
+			if !ordered {
+				if x.Len() == y.Len() {
+					c.keys(x, y)
+				}
 				return
 			}
-			c.keys(x)
-			if ordered {
-				c.add(int64(x.Len()))
-				c.keys(y)
-			}
+			c.keys(x, nil)
+			c.add(int64(x.Len()))
+			c.keys(y, x)
 			return
 		}
 	}
@@ -697,22 +748,54 @@ func (c *cost) seq(ordered bool, nx, ny, level int) int {
 	return min(nx, ny)
 }
 
-// keys adds the units of hashing each element of a set as a key.
-func (c *cost) keys(s *starlark.Set) {
+// keys adds the units of looking each element of s up in t (nil: a
+// table where it meets no other of its hash).
+func (c *cost) keys(s *starlark.Set, t starlark.Value) {
 	for e := range s.Elements() {
 		if c.over() {
 			return
 		}
-		c.key(e)
+		c.lookup(t, e)
 	}
 }
 
-// key adds the units of hashing k and comparing it with the entry that
-// holds it (at most as many again).
-func (c *cost) key(k starlark.Value) {
+// lookup adds the units of looking k up in t, a dict or set (nil: a table
+// where k meets no other of its hash): hashing k, and comparing it with
+// each entry of t whose hash is k's, or with one if none. A lookup past
+// maxCollisions entries stops the measure.
+func (c *cost) lookup(t, k starlark.Value) {
 	before := c.n
 	c.hash(k, 0)
-	c.add(c.n - before - 1)
+	u := c.n - before
+	n := int64(1)
+	if tableLen(t) > freeCollisions && !c.over() {
+		if c.st != nil {
+			if err := c.st.interrupted(); err != nil {
+				c.err = err
+				c.n = addSat(c.cap, 1)
+				return
+			}
+		}
+		if h, err := k.Hash(); err == nil {
+			coll := collisions(t, h)
+			c.crowd = max(c.crowd, coll)
+			if coll > maxCollisions {
+				c.n = addSat(c.cap, 1)
+				return
+			}
+			n = charged(coll)
+		}
+	}
+	c.add(mulSat(n, u) - 1)
+}
+
+// charged is the number of comparisons with the entries of its hash that
+// a lookup is accounted for when it has c of them.
+func charged(c int) int64 {
+	if c <= freeCollisions {
+		return 1
+	}
+	return int64(c)
 }
 
 // hash adds the units of k.Hash(), and reports whether k is hashable
@@ -748,14 +831,62 @@ func (c *cost) hash(k starlark.Value, depth int) bool {
 
 // compareUnits measures starlark.Compare(op, x, y), stopping past cap.
 func compareUnits(op syntax.Token, x, y starlark.Value, cap int64) int64 {
-	ordered := op != syntax.EQL && op != syntax.NEQ
 	c := cost{cap: cap}
+	return c.comparison(op, x, y)
+}
+
+// comparison measures starlark.Compare(op, x, y) and returns its units.
+func (c *cost) comparison(op syntax.Token, x, y starlark.Value) int64 {
+	ordered := op != syntax.EQL && op != syntax.NEQ
 	c.compare(ordered, x, y, starlark.CompareLimit, 0)
 	if ordered && c.nest > 1 {
 		return mulSat(c.n, int64(c.nest))
 	}
 	return c.n
 }
+
+// tableLen is the number of keys of t if it is a dict or a set, else 0.
+func tableLen(t starlark.Value) int64 {
+	switch t := t.(type) {
+	case *starlark.Dict:
+		return int64(t.Len())
+	case *starlark.Set:
+		return int64(t.Len())
+	}
+	return 0
+}
+
+// collisions returns the number of entries of t, a dict or set, whose
+// hash is h: those that a lookup of a key of hash h compares it with, if
+// none is equal to it. It looks a probe up, which stands for such a key.
+func collisions(t starlark.Value, h uint32) int {
+	p := &probe{hash: h}
+	switch t := t.(type) {
+	case *starlark.Dict:
+		_, _, _ = t.Get(p)
+	case *starlark.Set:
+		_, _ = t.Has(p)
+	}
+	return p.n
+}
+
+// probe is a key that counts the entries a lookup compares it with: it
+// hashes as h, and equals nothing. To compare two values the interpreter
+// asks first whether they are of the same type (starlark.CompareDepth's
+// sameType): their Go types differing, it calls the probe's Type, whose
+// name no other value has — once per entry whose hash is the probe's, then
+// finds them unequal. TestCollisionProbe checks that the count is exact,
+// so that a version of go.starlark.net that compares otherwise is caught.
+type probe struct {
+	hash uint32
+	n    int
+}
+
+func (p *probe) Type() string          { p.n++; return "kiroku.probe" }
+func (p *probe) String() string        { return "<probe>" }
+func (p *probe) Freeze()               {}
+func (p *probe) Truth() starlark.Bool  { return starlark.False }
+func (p *probe) Hash() (uint32, error) { return p.hash, nil }
 
 // workMeter accounts the hashing and comparing of one operation on st: its
 // excess and, when done, the steps that excess is charged.
@@ -767,6 +898,8 @@ type workMeter struct {
 	x, y   starlark.Value
 	method bool
 	excess int64
+	// steps are the steps of excess charged so far (settle).
+	steps int64
 }
 
 func (st *starThread) meter(op string, x, y starlark.Value) workMeter {
@@ -803,54 +936,122 @@ func (w *workMeter) add(units int64) error {
 	return nil
 }
 
-// compare accounts a comparison of x and y with op.
+// compare accounts a comparison of x and y with op, and the lookups in
+// the dicts and sets it compares (refused past maxCollisions).
 func (w *workMeter) compare(op syntax.Token, x, y starlark.Value) error {
 	if !hasElements(x) || !hasElements(y) {
 		return w.add(leafPair(x, y))
 	}
-	return w.add(compareUnits(op, x, y, w.room()))
+	c := cost{cap: w.room(), st: w.st}
+	units := c.comparison(op, x, y)
+	if c.err != nil {
+		return c.err
+	}
+	if c.crowd > maxCollisions {
+		return w.refuseCrowd(c.crowd)
+	}
+	return w.add(units)
 }
 
 // key accounts hashing k as a dict or set key (and comparing it with the
 // entry that holds it), refusing a tuple of more than maxKeyUnits. It
 // reports whether k is hashable: where it is not, the operation fails.
-func (w *workMeter) key(k starlark.Value) (bool, error) {
+func (w *workMeter) key(k starlark.Value) (bool, error) { return w.lookup(nil, k) }
+
+// lookup accounts one of the lookups of an operation that looks up or
+// stores many keys: of k in t, a dict or set (nil: a table where k meets
+// no other of its hash), to find, store or delete it. That is hashing k,
+// refused for a tuple of more than maxKeyUnits, and comparing it with the
+// entries of t of its hash, refused past maxCollisions. It reports
+// whether k is hashable: where it is not, the operation fails.
+func (w *workMeter) lookup(t, k starlark.Value) (bool, error) { return w.account(t, k, true) }
+
+// lookupOne accounts an operation's lookup of its one key k in t, as
+// lookup does, but a key that is not a tuple only for the entries of its
+// hash past freeCollisions: hashing it takes time linear in bytes the
+// memory budget counted.
+func (w *workMeter) lookupOne(t, k starlark.Value) (bool, error) {
+	_, tuple := k.(starlark.Tuple)
+	return w.account(t, k, tuple)
+}
+
+// account accounts a lookup of k in t, or, if not always, only its
+// collisions past freeCollisions.
+func (w *workMeter) account(t, k starlark.Value, always bool) (bool, error) {
+	u, hashable, err := w.keyUnits(k)
+	if err != nil || !hashable {
+		return hashable, err
+	}
+	n := int64(1)
+	// Count the entries of k's hash only where they can matter: where
+	// the lookup could pass freeUnits or maxCollisions.
+	if size := tableLen(t); size > freeCollisions && (mulSat(u, size+1)-1 > freeUnits || size > maxCollisions) {
+		if h, err := k.Hash(); err == nil {
+			c := collisions(t, h)
+			if c > maxCollisions {
+				return false, w.refuseCrowd(c)
+			}
+			n = charged(c)
+		}
+	}
+	if n == 1 && !always {
+		return true, nil
+	}
+	return true, w.add(addSat(u, mulSat(n, u)) - 1)
+}
+
+// keyUnits returns the units of hashing k as a key, refusing a tuple of
+// more than maxKeyUnits, and whether k is hashable.
+func (w *workMeter) keyUnits(k starlark.Value) (int64, bool, error) {
 	if _, ok := k.(starlark.Tuple); !ok {
 		c := cost{cap: w.room()}
 		hashable := c.hash(k, 0)
-		return hashable, w.add(2*c.n - 1)
+		return c.n, hashable, nil
 	}
 	c := cost{cap: maxKeyUnits}
 	hashable := c.hash(k, 0)
 	if c.over() {
-		return false, w.st.refuseWork(fmt.Sprintf("%s: a tuple of more than %d units of nested values (shared parts counted each time they are reached) cannot be a dict or set key",
+		return 0, false, w.st.refuseWork(fmt.Sprintf("%s: a tuple of more than %d units of nested values (shared parts counted each time they are reached) cannot be a dict or set key",
 			w.what(), maxKeyUnits))
 	}
-	return hashable, w.add(2*c.n - 1)
+	return c.n, hashable, nil
 }
 
-// keysOf accounts hashing each element x yields (a dict's keys) as a key,
-// up to the first unhashable one, where the operation fails.
-func (w *workMeter) keysOf(x starlark.Value) error {
-	it, ok := x.(starlark.Iterable)
-	if !ok {
+// refuseCrowd refuses a lookup that would compare its key with c entries
+// of its hash.
+func (w *workMeter) refuseCrowd(c int) error {
+	return w.st.refuseWork(fmt.Sprintf("%s would compare a key with %d entries of the same hash, more than %d (integers 2^32 apart, floats of one integer part and tuples built to collide hash alike)",
+		w.what(), c, maxCollisions))
+}
+
+// next readies the lookup of k in t that a bulk operation (one that looks
+// up or stores many keys) is about to make: it fails if the thread has
+// been cancelled, accounts the lookup, and charges the steps of the
+// operation's excess so far, so that the time and step limits stop the
+// operation between keys.
+func (w *workMeter) next(t, k starlark.Value) error {
+	if err := w.st.interrupted(); err != nil {
+		return err
+	}
+	if _, err := w.lookup(t, k); err != nil {
+		return err
+	}
+	return w.settle()
+}
+
+// settle charges as steps the excess accounted so far that is not yet
+// charged.
+func (w *workMeter) settle() error {
+	n := w.excess/unitsPerStep - w.steps
+	if n <= 0 {
 		return nil
 	}
-	iter := it.Iterate()
-	defer iter.Done()
-	var k starlark.Value
-	for iter.Next(&k) {
-		if hashable, err := w.key(k); err != nil || !hashable {
-			return err
-		}
-	}
-	return nil
+	w.steps += n
+	return w.st.chargeSteps(uint64(n))
 }
 
 // done charges the operation's excess as steps.
-func (w *workMeter) done() error {
-	return w.st.chargeSteps(uint64(w.excess / unitsPerStep))
-}
+func (w *workMeter) done() error { return w.settle() }
 
 // Freezing a contract's globals, when its top level has run, walks them
 // as the interpreter's Freeze methods do: into a list, dict or set once

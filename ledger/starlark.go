@@ -274,6 +274,28 @@ func newStarThread(ctx context.Context, l Limits) (t *starThread, stop func()) {
 	return st, func() { unhook(); cancel() }
 }
 
+// errCancelled starts the error of an operation that stopped because its
+// thread was cancelled, in the interpreter's words.
+var errCancelled = errors.New("starlark computation cancelled")
+
+// interrupted returns the error the interpreter's next step would fail
+// with if the thread has been cancelled — its time limit reached, its
+// request's context ended — and nil otherwise. The interpreter checks
+// only between steps; a guard that can run long within one (memory.go,
+// "Collisions") checks as it goes. (The step limit cancels the thread
+// only at a step, or where chargeSteps reports it.)
+func (st *starThread) interrupted() error {
+	select {
+	case <-st.limit.Done():
+	default:
+		return nil
+	}
+	if context.Cause(st.limit) == errTimeUp {
+		return fmt.Errorf("%w: time limit reached", errCancelled)
+	}
+	return fmt.Errorf("%w: the request's context ended", errCancelled)
+}
+
 // limitError is the error of an execution on st that one of its limits
 // ended, or nil: the step limit, the time limit (not the context of the
 // request), or a memory charge refused.
@@ -538,6 +560,11 @@ func starScan(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwar
 	}
 	out := make([]starlark.Value, len(vs))
 	for i, v := range vs {
+		// A value can take milliseconds to decode (an object of a
+		// thousand keys of one hash): stop between them.
+		if err := st.interrupted(); err != nil {
+			return nil, err
+		}
 		if out[i], err = assetDict(st, v); err != nil {
 			return nil, err
 		}
