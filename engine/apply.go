@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
+
+	"github.com/kiroku-db/kiroku/storage"
 )
 
 // stateMachine applies the log's records (records.go) to the engine's
@@ -232,3 +235,48 @@ func newPoolApply(db *DB, workers int) *poolApply {
 func (a *poolApply) apply(index uint64, rec []byte) { a.p.submit(int64(index), rec) }
 func (a *poolApply) barrier() error                 { return a.p.drain() }
 func (a *poolApply) close() error                   { return a.p.wait() }
+
+// follow readies a follower (Config.Follow): no log, no loggers, no
+// epochs of its own; Apply feeds its state machine.
+func (db *DB) follow() {
+	ia := &inlineApply{db: db}
+	db.follower = newStateMachine(db, 0, 0, 1, ia.apply, ia.barrier)
+	db.followApply = ia
+	db.epoch.Store(1)
+}
+
+// Apply applies the record at index of the leader's log to a follower
+// (Config.Follow): records must come in log order, each once, from the
+// first the leader wrote (its era) on. Buffers take effect once marks make
+// their epoch durable, as they did for the leader's commits; DurableEpoch
+// is then the leader's, as far as the records applied tell. An error is
+// corruption of the records, or of their order: the follower must not
+// apply anything after it. Apply is safe for concurrent use but applies
+// one record at a time.
+func (db *DB) Apply(index uint64, rec []byte) error {
+	if !db.cfg.Follow {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "apply", Detail: "the engine is not a follower (Config.Follow)"}
+	}
+	if err := db.usable("apply"); err != nil {
+		return err
+	}
+	db.followMu.Lock()
+	defer db.followMu.Unlock()
+	sm := db.follower
+	err := sm.step(index, rec)
+	if err == nil {
+		err = db.followApply.barrier()
+	}
+	if err != nil {
+		db.fail(fmt.Errorf("applying the leader's record %d: %w", index, err))
+		return err
+	}
+	// The follower's epoch stays above every epoch applied, so that a
+	// read-only transaction's newest version read is of an epoch it knows.
+	raise(&db.epoch, sm.maxSeen+1)
+	for _, lg := range db.loggers {
+		lg.durable.Store(sm.durable)
+	}
+	db.updateDurable()
+	return nil
+}

@@ -239,6 +239,9 @@ func (db *DB) ddl(opName string, build func() (ddlOp, error)) error {
 	if err := db.usable(opName); err != nil {
 		return err
 	}
+	if db.cfg.Follow {
+		return &storage.Error{Kind: storage.ErrNotLeader, Op: opName, Detail: "catalog changes go to the leader"}
+	}
 	c := &db.cat
 	c.mu.Lock()
 	defer c.mu.Unlock()

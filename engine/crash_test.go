@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,6 +100,9 @@ func crashSeed(t *testing.T, seed uint64) {
 	// A slow fsync holds written, unsynced bytes for a while, so crashes
 	// land among them.
 	cfg.FS = wal.DelaySyncFS(mem, time.Duration(rng.IntN(800))*time.Microsecond)
+	// A follower applies the records as the leader makes them durable.
+	m := newMirror(t)
+	cfg.OpenSink = m.openSink(cfg.LogSegmentSize)
 	db, err := engine.Open(cfg)
 	if err != nil {
 		t.Fatalf("seed %d: open: %v", seed, err)
@@ -112,7 +117,7 @@ func crashSeed(t *testing.T, seed uint64) {
 	h.next.Store(1)
 	prevAcked := 0
 	for cycle := range 3 {
-		mem2, ckpts := runUntilCrash(t, db, mem, h, rng, prevAcked)
+		mem2, ckpts := runUntilCrash(t, db, mem, m, h, rng, prevAcked)
 		// The check below proves something only if commits were
 		// acknowledged before this crash.
 		if acked := h.acked(); acked <= prevAcked {
@@ -120,6 +125,9 @@ func crashSeed(t *testing.T, seed uint64) {
 		}
 		db.Close()
 		mem = mem2
+		// The follower stopped where the crash came; what else the crash
+		// left durable in the log it applies from there.
+		m.catchUp(mem, cfg.LogSegmentSize)
 		cfg.FS = wal.DelaySyncFS(mem, time.Duration(rng.IntN(800))*time.Microsecond)
 		db, err = engine.Open(cfg)
 		if err != nil {
@@ -127,6 +135,11 @@ func crashSeed(t *testing.T, seed uint64) {
 		}
 		if err := verify(db, h); err != nil {
 			t.Fatalf("seed %d cycle %d (%d checkpoints, %d loggers): %v", seed, cycle, ckpts, cfg.Loggers, err)
+		}
+		// Recovery and the follower applied the same records with the same
+		// state machine.
+		if err := m.same(db); err != nil {
+			t.Fatalf("seed %d cycle %d: the recovered leader and its follower differ: %v", seed, cycle, err)
 		}
 		// After verify, which counts the survivors whose outcome was
 		// unknown as acknowledged: the next cycle must add its own.
@@ -139,7 +152,7 @@ func crashSeed(t *testing.T, seed uint64) {
 // returns a clone of the filesystem holding what a power cut would leave.
 // The acknowledged set is copied before the clone, so everything in it
 // was durable before the crash.
-func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng *rand.Rand, prevAcked int) (*vfs.MemFS, int) {
+func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, m *mirror, h *history, rng *rand.Rand, prevAcked int) (*vfs.MemFS, int) {
 	ctx := context.Background()
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -177,7 +190,10 @@ func runUntilCrash(t *testing.T, db *engine.DB, mem *vfs.MemFS, h *history, rng 
 	unsynced := []int{0, 100, 25 + rng.IntN(51)}[rng.IntN(3)]
 	cloneRNG := rand.New(rand.NewPCG(rng.Uint64(), 7))
 	h.mu.Lock()
+	m.mu.Lock() // the follower gets nothing from after the crash
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: cloneRNG})
+	m.frozen = true
+	m.mu.Unlock()
 	h.crashed = true
 	h.mu.Unlock()
 	stop.Store(true)
@@ -306,4 +322,112 @@ func verify(db *engine.DB, h *history) error {
 	}
 	h.crashed = false
 	return nil
+}
+
+// mirror is a follower of the leader under test, fed by a sink wrapped
+// around the leader's: every record, once durable, in log order, until the
+// crash freezes it.
+type mirror struct {
+	t        *testing.T
+	follower *engine.DB
+	mu       sync.Mutex
+	frozen   bool
+	last     uint64 // index of the last record applied
+	err      error
+}
+
+func newMirror(t *testing.T) *mirror {
+	f, err := engine.Open(engine.Config{Dir: "/follower", FS: vfs.NewMem(), Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &mirror{t: t, follower: f}
+}
+
+func (m *mirror) openSink(seg int64) func(vfs.FS, string) (engine.LogSink, error) {
+	return func(fs vfs.FS, dir string) (engine.LogSink, error) {
+		s, err := engine.OpenWALSink(fs, dir, seg)
+		m.mu.Lock()
+		m.frozen = false
+		m.mu.Unlock()
+		return &mirrorSink{LogSink: s, m: m}, err
+	}
+}
+
+// apply hands the follower records first.. in order, unless frozen.
+func (m *mirror) apply(first uint64, recs [][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.frozen || m.err != nil {
+		return
+	}
+	for i, r := range recs {
+		if err := m.follower.Apply(first+uint64(i), r); err != nil {
+			m.err = err
+			return
+		}
+		m.last = first + uint64(i)
+	}
+}
+
+// catchUp applies the records of the crashed log after the last one the
+// follower had.
+func (m *mirror) catchUp(fs vfs.FS, seg int64) {
+	l, err := wal.Open(wal.Config{Dir: "/db/log", FS: fs, Policy: wal.BatchPolicy(), SegmentSize: seg})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer l.Close()
+	if from := max(m.last+1, l.FirstIndex()); from <= l.LastIndex() {
+		var recs [][]byte
+		if err := l.Scan(from, func(_ uint64, p []byte) error { recs = append(recs, slices.Clone(p)); return nil }); err != nil {
+			m.t.Fatal(err)
+		}
+		m.mu.Lock()
+		m.frozen = false
+		m.mu.Unlock()
+		m.apply(from, recs)
+	}
+}
+
+// same reports how db and the follower differ, if they do.
+func (m *mirror) same(db *engine.DB) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return fmt.Errorf("the follower refused a record: %w", m.err)
+	}
+	sa, ra := engine.Dump(db)
+	sb, rb := engine.Dump(m.follower)
+	if !maps.Equal(sa, sb) {
+		return fmt.Errorf("schemas %v and %v", sa, sb)
+	}
+	if !maps.Equal(ra, rb) {
+		for k, v := range ra {
+			if rb[k] != v {
+				return fmt.Errorf("%d and %d rows; %s is %q and %q", len(ra), len(rb), k, v, rb[k])
+			}
+		}
+		return fmt.Errorf("%d and %d rows", len(ra), len(rb))
+	}
+	return nil
+}
+
+type mirrorSink struct {
+	engine.LogSink
+	m *mirror
+}
+
+func (s *mirrorSink) Propose(recs [][]byte, done func(uint64, error)) error {
+	copies := make([][]byte, len(recs))
+	for i, r := range recs {
+		copies[i] = slices.Clone(r)
+	}
+	return s.LogSink.Propose(recs, func(last uint64, err error) {
+		if err == nil {
+			s.m.apply(last-uint64(len(copies))+1, copies)
+		}
+		done(last, err)
+	})
 }

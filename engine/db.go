@@ -59,6 +59,11 @@ type Config struct {
 	// Clock is the engine's time: the epoch ticker, checkpoint intervals,
 	// the logger's hold (linger). nil means the real clock.
 	Clock clockwork.Clock
+	// Follow makes the engine a follower: it has no log of its own and
+	// takes no writes (ErrNotLeader) and no catalog changes; its state is
+	// what the leader's log records, handed to Apply in log order, make
+	// it. Reads see what is durable. Its data lives in memory.
+	Follow bool
 	// Workers bounds the transactions committing at once; each worker has
 	// its own log buffer. 0 means DefaultWorkers().
 	Workers int
@@ -228,6 +233,11 @@ func DefaultWorkers() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 // later commit fails. Reopen the engine to recover from what is durable.
 var ErrFailed = errors.New("engine: log failed")
 
+// ErrNotLeader is the kind of the error a write or a catalog change gets
+// on a follower (Config.Follow): they go to the leader, whose log it
+// applies. It is storage.ErrNotLeader.
+var ErrNotLeader = storage.ErrNotLeader
+
 // DB is an open engine. It is safe for concurrent use.
 type DB struct {
 	cfg Config
@@ -271,6 +281,10 @@ type DB struct {
 	spanMax uint64
 	// logLast is the index of the last durable record proposed.
 	logLast atomic.Uint64
+	// follower is a follower's state machine, guarded by followMu.
+	followMu    sync.Mutex
+	follower    *stateMachine
+	followApply *inlineApply
 
 	wmu     sync.Mutex
 	waiters map[uint64]*waitSet
@@ -384,6 +398,10 @@ func Open(cfg Config) (*DB, error) {
 		w.lg.workers = append(w.lg.workers, w)
 		db.workers = append(db.workers, w)
 		db.slots <- w
+	}
+	if cfg.Follow {
+		db.follow()
+		return db, nil
 	}
 	if err := db.recover(); err != nil {
 		db.closeSinks()

@@ -44,7 +44,7 @@ func (db *DB) recover() error {
 		return fmt.Errorf("engine: the log takes records of at most %d bytes", db.maxRecord)
 	}
 	if torn := s.Recovered(); torn.Bytes > 0 {
-		db.recovery.TornTails = append(db.recovery.TornTails, TornTail{Bytes: torn.Bytes, Detail: torn.Detail})
+		db.recovery.TornTails = append(db.recovery.TornTails, TornTail(torn))
 		db.cfg.Logf("engine: the log dropped a torn tail of %d bytes, never acknowledged: %s", torn.Bytes, torn.Detail)
 	}
 	chain, err := db.findChain()

@@ -410,6 +410,9 @@ func (x *tx) commit(ctx context.Context) (uint64, error) {
 	if len(x.writes) == 0 {
 		return x.commitReadOnly()
 	}
+	if x.db.cfg.Follow {
+		return 0, &storage.Error{Kind: storage.ErrNotLeader, Op: "commit", Detail: "writes go to the leader"}
+	}
 	w := x.pinned
 	if w == nil {
 		select {

@@ -43,6 +43,10 @@ var (
 	// flight: the transaction may or may not have committed. It is NOT
 	// retried automatically, because a retry could apply the work twice.
 	ErrCommitUnknown = errors.New("commit outcome unknown")
+	// ErrNotLeader means the backend is a replica that follows another's
+	// log: it serves reads, and refuses writes and catalog changes, which
+	// go to the leader. Nothing was done; retrying here does not help.
+	ErrNotLeader = errors.New("not the leader")
 	// ErrTxnDone is returned by any use of a transaction after Commit, Abort
 	// or an error that rolled it back.
 	ErrTxnDone = errors.New("transaction already finished")
