@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,9 @@ type EngineConfig struct {
 	// LogBuffer is the size at which a worker hands its log buffer to the
 	// logger (engine.Config.LogBufferSize); 0 keeps the engine's default.
 	LogBuffer int
+	// RoundsInFlight is engine.Config.LogRoundsInFlight; 0 keeps the
+	// engine's default.
+	RoundsInFlight int
 	// CheckpointLogSize is engine.Config.CheckpointLogSize; 0 keeps the
 	// engine's default (tests make it small).
 	CheckpointLogSize int64
@@ -288,7 +290,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		res.DiskWriteRate = float64(io1-io0) / elapsed.Seconds()
 	}
 	if cfg.Log == "wal" {
-		res.LogSpan = dirSize(dir, "log-")
+		res.LogSpan = dirSize(filepath.Join(dir, "log"))
 	}
 	// Every sampled commit must become durable and be seen by the watcher
 	// before it stops: dropping the slowest samples would flatter p99.
@@ -315,7 +317,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		if err := db.Close(); err != nil {
 			return res, err
 		}
-		res.LogBytes = dirSize(dir, "log-")
+		res.LogBytes = dirSize(filepath.Join(dir, "log"))
 		t0 := time.Now()
 		reopened, err := engine.Open(ecfg)
 		if err != nil {
@@ -354,20 +356,13 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	return res, nil
 }
 
-// dirSize sums the sizes of the files under dir's subdirectories whose
-// names begin with prefix.
-func dirSize(dir, prefix string) int64 {
+// dirSize is the size of the files in dir (the engine's log directory).
+func dirSize(dir string) int64 {
 	var n int64
-	subs, _ := os.ReadDir(dir)
-	for _, sd := range subs {
-		if !sd.IsDir() || !strings.HasPrefix(sd.Name(), prefix) {
-			continue
-		}
-		files, _ := os.ReadDir(filepath.Join(dir, sd.Name()))
-		for _, f := range files {
-			if info, err := f.Info(); err == nil {
-				n += info.Size()
-			}
+	files, _ := os.ReadDir(dir)
+	for _, f := range files {
+		if info, err := f.Info(); err == nil && !f.IsDir() {
+			n += info.Size()
 		}
 	}
 	return n
@@ -402,7 +397,7 @@ func engineConfig(cfg EngineConfig, dir string) engine.Config {
 	// Each of the --threads clients pins a worker, as a Silo thread owns
 	// one; sync clients share the rest, as a server's requests do.
 	ecfg := engine.Config{Dir: dir, EpochInterval: cfg.Epoch, Workers: cfg.Threads + engine.DefaultWorkers(), LogBufferSize: cfg.LogBuffer,
-		CheckpointLogSize: cfg.CheckpointLogSize}
+		LogRoundsInFlight: cfg.RoundsInFlight, CheckpointLogSize: cfg.CheckpointLogSize}
 	if cfg.Log == "none" {
 		ecfg.Log = engine.LogNone
 	}

@@ -242,7 +242,7 @@ func (db *DB) follow() {
 	ia := &inlineApply{db: db}
 	db.follower = newStateMachine(db, 0, 0, 1, ia.apply, ia.barrier)
 	db.followApply = ia
-	db.epoch.Store(1)
+	db.resetEpochs(1, 0)
 }
 
 // Apply applies the record at index of the leader's log to a follower
@@ -273,10 +273,8 @@ func (db *DB) Apply(index uint64, rec []byte) error {
 	}
 	// The follower's epoch stays above every epoch applied, so that a
 	// read-only transaction's newest version read is of an epoch it knows.
-	raise(&db.epoch, sm.maxSeen+1)
-	for _, lg := range db.loggers {
-		lg.durable.Store(sm.durable)
-	}
-	db.updateDurable()
+	db.wmu.Lock()
+	db.stepLocked(epochMsg{ev: evApplied, epoch: sm.durable, seen: sm.maxSeen + 1})
+	db.wmu.Unlock()
 	return nil
 }

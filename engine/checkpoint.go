@@ -175,10 +175,6 @@ func (db *DB) checkpointLoop() {
 	}
 }
 
-// testHookCheckpointBegin, if set, runs in Checkpoint before it moves
-// ckptBase (tests).
-var testHookCheckpointBegin atomic.Pointer[func()]
-
 // CheckpointBusy reports whether a checkpoint is being written, or is due
 // (CheckpointLogSize bytes logged since the last one began) and about to
 // start. A benchmark that alternates this engine with another waits for
@@ -224,7 +220,7 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 		return CheckpointStats{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "checkpoint", Detail: "an engine without a log writes no checkpoints"}
 	}
 	began := db.clock.Now()
-	if f := testHookCheckpointBegin.Load(); f != nil {
+	if f := db.hooks.checkpointBegin.Load(); f != nil {
 		(*f)()
 	}
 	// What is logged from here on counts towards the next one. (Some of

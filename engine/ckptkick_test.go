@@ -37,8 +37,8 @@ func TestNoCheckpointForAStaleKick(t *testing.T) {
 			<-release
 		}
 	}
-	testHookCheckpointBegin.Store(&hook)
-	defer testHookCheckpointBegin.Store(nil)
+	cfg.hooks = new(testHooks)
+	cfg.hooks.checkpointBegin.Store(&hook)
 	db, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

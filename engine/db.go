@@ -113,6 +113,22 @@ type Config struct {
 	Limits storage.Limits
 	// Logf reports recovery and checkpoint events; nil discards them.
 	Logf func(format string, args ...any)
+
+	// hooks, set only by the package's tests, run at points a test needs
+	// to stop at; nil means none. They belong to one engine.
+	hooks *testHooks
+}
+
+// testHooks are functions an engine runs at points its tests stop at.
+// Each is nil unless a test stored one.
+type testHooks struct {
+	// checkpointBegin runs in Checkpoint before it moves ckptBase.
+	checkpointBegin atomic.Pointer[func()]
+	// linger runs in logger.linger before it reads the committers waiting.
+	linger atomic.Pointer[func()]
+	// partitionCreated runs when a commit has just created a partition,
+	// before it inserts its records.
+	partitionCreated atomic.Pointer[func()]
 }
 
 func (c *Config) validate() error {
@@ -170,6 +186,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if c.hooks == nil {
+		c.hooks = new(testHooks)
 	}
 	switch {
 	case c.Loggers < 1 || c.Loggers > maxLoggers:
@@ -240,17 +259,21 @@ var ErrNotLeader = storage.ErrNotLeader
 
 // DB is an open engine. It is safe for concurrent use.
 type DB struct {
-	cfg Config
-	fs  vfs.FS
+	cfg   Config
+	fs    vfs.FS
+	hooks *testHooks // cfg.hooks
 
-	// epoch is the global epoch E; durable is the global durable epoch D.
-	epoch   atomic.Uint64
-	durable atomic.Uint64
-	// want is set by a committer waiting on the open epoch; the next idle
-	// logger closes the epoch early. hurries counts those requests.
-	want    atomic.Bool
-	hurries atomic.Uint64
-	// wantEpoch is the highest epoch a committer asked to close.
+	// core is the epoch bookkeeping (epochs.go), stepped under wmu. What
+	// the hot paths read of it without a lock is published here after
+	// every step: the global epoch E, the global durable epoch D, whether
+	// a committer waiting on the open epoch asked the next idle logger to
+	// close it early (want), how many asked in all (hurries), and the
+	// highest epoch one asked to close (wantEpoch).
+	core      epochCore
+	epoch     atomic.Uint64
+	durable   atomic.Uint64
+	want      atomic.Bool
+	hurries   atomic.Uint64
 	wantEpoch atomic.Uint64
 	// holdTarget is, while a logger holds a close (linger), the count of
 	// waiting committers it waits for, else 0: committers poke a holding
@@ -286,6 +309,7 @@ type DB struct {
 	follower    *stateMachine
 	followApply *inlineApply
 
+	// wmu guards core and waiters.
 	wmu     sync.Mutex
 	waiters map[uint64]*waitSet
 	failErr atomic.Pointer[error]
@@ -368,7 +392,7 @@ func Open(cfg Config) (*DB, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	db := &DB{cfg: cfg, fs: cfg.FS, clock: cfg.Clock, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{}),
+	db := &DB{cfg: cfg, fs: cfg.FS, hooks: cfg.hooks, clock: cfg.Clock, waiters: make(map[uint64]*waitSet), closing: make(chan struct{}), stopped: make(chan struct{}),
 		ckptKick: make(chan struct{}, 1), maxRecord: 64 << 20}
 	db.cat.init()
 	if err := db.fs.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -407,9 +431,6 @@ func Open(cfg Config) (*DB, error) {
 		db.closeSinks()
 		db.lock.Close()
 		return nil, err
-	}
-	if cfg.Log == LogNone {
-		db.durable.Store(^uint64(0))
 	}
 	db.wg.Add(1)
 	go db.advanceLoop()
@@ -486,20 +507,58 @@ func (db *DB) fail(err error) {
 
 // ---- epochs ------------------------------------------------------------
 
-// tryAdvance moves the global epoch forward by one unless a committing
-// worker is still in an older epoch: no worker falls more than one epoch
-// behind.
-func (db *DB) tryAdvance() bool {
-	e := db.epoch.Load()
-	for _, w := range db.workers {
-		if a := w.active.Load(); a != 0 && a < e {
-			return false
+// resetEpochs starts the epoch bookkeeping at E = e, D = d.
+func (db *DB) resetEpochs(e, d uint64) {
+	db.wmu.Lock()
+	db.core.reset(e, d, len(db.loggers))
+	db.publishLocked()
+	db.wmu.Unlock()
+}
+
+// stepLocked steps the epoch core and publishes what it changed. Called
+// with wmu held.
+func (db *DB) stepLocked(m epochMsg) epochReady {
+	r := db.core.step(m)
+	db.publishLocked()
+	if r.durable {
+		d := db.core.d
+		for e, ws := range db.waiters {
+			if e <= d {
+				db.release(e, ws)
+			}
 		}
 	}
-	if e >= MaxEpoch || !db.epoch.CompareAndSwap(e, e+1) {
-		return false
+	return r
+}
+
+// publishLocked copies the core's state to the atomics read without wmu.
+func (db *DB) publishLocked() {
+	c := &db.core
+	db.epoch.Store(c.e)
+	if db.cfg.Log == LogNone {
+		db.durable.Store(^uint64(0)) // every commit is durable at once
+	} else {
+		db.durable.Store(c.d)
 	}
-	return true
+	db.want.Store(c.want)
+	db.wantEpoch.Store(c.wantE)
+	db.hurries.Store(c.hurries)
+}
+
+// tryAdvance asks the core to close the open epoch (ev is evTick, evDrain
+// or evClose), telling it the lowest epoch a committing worker is in.
+func (db *DB) tryAdvance(ev epochEvent) epochReady {
+	seen := db.epoch.Load()
+	low := uint64(0)
+	for _, w := range db.workers {
+		if a := w.active.Load(); a != 0 && (low == 0 || a < low) {
+			low = a
+		}
+	}
+	db.wmu.Lock()
+	r := db.stepLocked(epochMsg{ev: ev, seen: seen, low: low})
+	db.wmu.Unlock()
+	return r
 }
 
 // advanceLoop advances the epoch every EpochInterval and wakes the loggers.
@@ -513,8 +572,12 @@ func (db *DB) advanceLoop() {
 			return
 		case <-t.Chan():
 		}
-		for spins := 0; !db.tryAdvance(); spins++ {
-			if db.epoch.Load() >= MaxEpoch {
+		for spins := 0; ; spins++ {
+			r := db.tryAdvance(evTick)
+			if r.advanced {
+				break
+			}
+			if r.exhausted {
 				db.fail(errors.New("epoch space exhausted"))
 				return
 			}
@@ -552,22 +615,11 @@ func (w *worker) enter(db *DB) {
 
 // ---- durability ------------------------------------------------------------
 
-// updateDurable recomputes D as the minimum of the loggers' durable
-// epochs and releases the waiters it covers.
-func (db *DB) updateDurable() {
-	d := ^uint64(0)
-	for _, lg := range db.loggers {
-		d = min(d, lg.durable.Load())
-	}
-	if !raise(&db.durable, d) {
-		return
-	}
+// markDurable records that logger's mark x is durable, raising D to the
+// minimum of the loggers' marks and releasing the waiters it covers.
+func (db *DB) markDurable(logger int, x uint64) {
 	db.wmu.Lock()
-	for e, ws := range db.waiters {
-		if e <= d {
-			db.release(e, ws)
-		}
-	}
+	db.stepLocked(epochMsg{ev: evDurable, logger: logger, epoch: x})
 	db.wmu.Unlock()
 }
 
@@ -625,9 +677,9 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 		ws = &waitSet{ch: make(chan struct{})}
 		db.waiters[e] = ws
 	}
-	// The epoch is still open: ask an idle logger to close it now rather
-	// than at the next tick.
-	asks := hurry && db.epoch.Load() <= e
+	// If the epoch is still open, ask an idle logger to close it now
+	// rather than at the next tick.
+	asks := hurry && db.stepLocked(epochMsg{ev: evHurry, epoch: e}).asked
 	var nw int64
 	if asks {
 		ws.n++
@@ -635,9 +687,6 @@ func (db *DB) waitDurable(ctx context.Context, e uint64, hurry bool) error {
 	}
 	db.wmu.Unlock()
 	if asks {
-		raise(&db.wantEpoch, e)
-		db.hurries.Add(1)
-		db.want.Store(true)
 		if t := db.holdTarget.Load(); t == 0 || nw >= t {
 			db.wakeLoggers()
 		}

@@ -74,8 +74,8 @@ func setPeak(t *testing.T, db *DB, commit func(int64) error) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	testHookLinger.Store(&hold)
-	defer testHookLinger.Store(nil)
+	db.hooks.linger.Store(&hold)
+	defer db.hooks.linger.Store(nil)
 	var wg sync.WaitGroup
 	for k := range 4 {
 		wg.Go(func() {

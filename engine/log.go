@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jonboulle/clockwork"
 )
@@ -282,14 +281,16 @@ type logger struct {
 	workers []*worker
 	wake    chan struct{}
 	freeMu  sync.Mutex
-	free    []*logBuf     // written buffers for reuse, a stack (newBuf)
-	durable atomic.Uint64 // every buffer of an epoch ≤ durable is durable
+	free    []*logBuf // written buffers for reuse, a stack (newBuf)
 	// hurriesSeen is DB.hurries when run last looked, lingerTimer
 	// linger's timer; run's goroutine alone uses them. peakWaiting is the
 	// recent most committers waiting at once (see linger; atomic for
 	// tests, as is lingers, the holds started).
 	hurriesSeen uint64
 	lingerTimer clockwork.Timer
+	// cpu tells linger whether goroutines wait for a processor; nil
+	// reads the scheduler's count of runnable goroutines (runnable).
+	cpuProbe    func() cpuState
 	runnable    [1]metrics.Sample
 	peakWaiting atomic.Int64
 	lingers     atomic.Int64
@@ -380,7 +381,10 @@ func (lg *logger) run() {
 		case <-lg.db.closing:
 			// Every commit is in some buffer: close the epoch, then flush
 			// every buffer of the epochs before it.
-			for spins := 0; !lg.db.tryAdvance() && lg.db.epoch.Load() < MaxEpoch; spins++ {
+			for spins := 0; ; spins++ {
+				if r := lg.db.tryAdvance(evDrain); !r.held {
+					break
+				}
 				backoff(spins)
 			}
 			for lg.db.failure() == nil && lg.round(true) {
@@ -405,12 +409,8 @@ func (lg *logger) run() {
 // close would otherwise hold the durable epoch back until the next tick.
 func (lg *logger) close() {
 	db := lg.db
-	if !db.want.Swap(false) {
-		return
-	}
-	if !db.tryAdvance() {
-		db.want.Store(true) // a committer is still entering; it pokes again
-		return
+	if !db.want.Load() || !db.tryAdvance(evClose).advanced {
+		return // not asked for; or a committer still entering pokes again
 	}
 	for _, o := range db.loggers {
 		if o != lg {
@@ -450,27 +450,26 @@ func (lg *logger) close() {
 func (lg *logger) linger() bool {
 	db := lg.db
 	h := db.hurries.Load()
-	if h-lg.hurriesSeen >= 2 {
+	if yieldBeforeLinger(h - lg.hurriesSeen) {
 		runtime.Gosched()
 	}
 	lg.hurriesSeen = h
-	if f := testHookLinger.Load(); f != nil {
+	if f := db.hooks.linger.Load(); f != nil {
 		(*f)()
 	}
-	w := db.waiting.Load()
-	peak := lg.peakWaiting.Load()
-	peak = max(w, peak-(peak+63)/64)
-	lg.peakWaiting.Store(peak)
-	if db.cfg.CommitDelay < 0 || peak < 2 || 2*w > peak ||
-		db.epoch.Load() > db.wantEpoch.Load() || lg.pending.Load() >= int64(db.cfg.LogBufferSize) {
+	in := lingerIn{delay: db.cfg.CommitDelay, waiting: db.waiting.Load(), peak: lg.peakWaiting.Load(),
+		e: db.epoch.Load(), wantE: db.wantEpoch.Load(), pending: lg.pending.Load(),
+		bufSize: int64(db.cfg.LogBufferSize), roundNs: lg.roundNs.Load()}
+	d := decideLinger(in)
+	if d.askCPU {
+		in.cpu = lg.cpu()
+		d = decideLinger(in)
+	}
+	lg.peakWaiting.Store(d.peak)
+	if !d.hold {
 		return true
 	}
-	// Hold only while goroutines wait for a processor: when one is idle,
-	// an fsync now costs idle time, and holding would only add latency.
-	metrics.Read(lg.runnable[:])
-	if lg.runnable[0].Value.Kind() == metrics.KindUint64 && lg.runnable[0].Value.Uint64() == 0 {
-		return true
-	}
+	peak, bound := d.target, d.bound
 	// A committer whose arrival reaches the target pokes (see waitDurable:
 	// it adds itself before it reads the target, and this stores the
 	// target before it reads the count, so one of the two sees the other).
@@ -479,7 +478,6 @@ func (lg *logger) linger() bool {
 	}
 	defer db.holdTarget.Store(0)
 	lg.lingers.Add(1)
-	bound := min(3*time.Duration(lg.roundNs.Load()), db.cfg.CommitDelay)
 	if lg.lingerTimer == nil {
 		lg.lingerTimer = db.clock.NewTimer(bound)
 	} else {
@@ -499,9 +497,20 @@ func (lg *logger) linger() bool {
 	return true
 }
 
-// testHookLinger, if set, runs in linger before it reads the committers
-// waiting (tests).
-var testHookLinger atomic.Pointer[func()]
+// cpu reports whether goroutines wait for a processor: when one is idle,
+// an fsync now costs idle time, and holding would only add latency. It
+// is the one input of linger's decision that comes from outside the
+// engine; a simulation sets cpuProbe.
+func (lg *logger) cpu() cpuState {
+	if lg.cpuProbe != nil {
+		return lg.cpuProbe()
+	}
+	metrics.Read(lg.runnable[:])
+	if lg.runnable[0].Value.Kind() == metrics.KindUint64 && lg.runnable[0].Value.Uint64() == 0 {
+		return cpuIdle
+	}
+	return cpuBusy
+}
 
 // round writes what its workers handed off plus their buffers of closed
 // epochs, then a mark, and publishes the logger's durable epoch. It
@@ -526,7 +535,7 @@ func (lg *logger) round(all bool) bool {
 		return false
 	}
 	eNow := db.epoch.Load()
-	if !all && lg.proposed.Load()+1 >= eNow && lg.pending.Load() < lg.writeBatch() {
+	if roundIdle(all, lg.proposed.Load(), eNow, lg.pending.Load(), lg.writeBatch()) {
 		// Every closed epoch is marked: only the open one's buffers wait.
 		return false
 	}
@@ -537,9 +546,9 @@ func (lg *logger) round(all bool) bool {
 		}
 	}
 	// A worker caught in enter between publishing an older epoch and
-	// rechecking it can hold low below an X this logger already marked.
-	// Marks never go back: recovery takes the last one as durable.
-	x := max(low-1, lg.proposed.Load())
+	// rechecking it can hold low below an X this logger already marked
+	// (markFor keeps the last).
+	x := markFor(eNow, low, lg.proposed.Load())
 	// Walk the workers before taking the queue: a buffer of an epoch
 	// before eNow is then either collected from its worker, or was handed
 	// off before the walk passed the worker and so is in the queue taken
@@ -572,10 +581,7 @@ func (lg *logger) round(all bool) bool {
 			db.fail(fmt.Errorf("logger %d: %w", lg.id, err))
 		} else {
 			db.noteLogged(int64(size))
-			if x > lg.durable.Load() {
-				lg.durable.Store(x)
-			}
-			db.updateDurable()
+			db.markDurable(lg.id, x)
 		}
 		lg.release(size)
 		lg.inflight.Add(-1)

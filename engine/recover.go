@@ -32,7 +32,7 @@ import (
 // — is in DB.Recovery and reported through Config.Logf.
 func (db *DB) recover() error {
 	if db.cfg.Log == LogNone {
-		db.epoch.Store(1)
+		db.resetEpochs(1, 0)
 		return nil
 	}
 	s, err := db.cfg.OpenSink(db.fs, db.cfg.Dir)
@@ -103,11 +103,9 @@ func (db *DB) recover() error {
 		return fmt.Errorf("engine: starting the log's era: %w", err)
 	}
 	for _, lg := range db.loggers {
-		lg.durable.Store(first - 1)
 		lg.proposed.Store(first - 1)
 	}
-	db.durable.Store(first - 1)
-	db.epoch.Store(first)
+	db.resetEpochs(first, first-1)
 	return nil
 }
 

@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"context"
 	"fmt"
-	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -110,12 +108,12 @@ func (db *DB) truncateBefore(from uint64) error {
 
 // ---- the write-ahead log as a sink -------------------------------------------
 
+// walSink is the write-ahead log as the engine's sink: a proposal is an
+// asynchronous append, whose callback the log's syncer makes, in append
+// order, once an fsync covers it.
 type walSink struct {
 	l   *wal.Log
 	max int
-	// mu makes proposals one at a time, so that their done calls come in
-	// their order.
-	mu sync.Mutex
 }
 
 // openWALSink opens the engine's write-ahead log in dir/log with the batch
@@ -153,15 +151,8 @@ func recycleSegments(ckptLog int64, seg int64) int {
 func (s *walSink) MaxRecordSize() int { return s.max }
 
 func (s *walSink) Propose(recs [][]byte, done func(uint64, error)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first, err := s.l.AppendBatch(context.Background(), recs)
-	if err != nil {
-		done(0, err)
-		return nil
-	}
-	done(first+uint64(len(recs))-1, nil)
-	return nil
+	_, err := s.l.AppendAsync(recs, done)
+	return err
 }
 
 func (s *walSink) Replay(from uint64, fn func(uint64, []byte) error) error {

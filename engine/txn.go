@@ -399,10 +399,6 @@ func (x *tx) bumped(idx nodeIndex, ver *atomic.Uint64, old uint64) bool {
 	return read
 }
 
-// testHookPartitionCreated, set only by tests, runs when a commit has just
-// created a partition, before it inserts its records.
-var testHookPartitionCreated atomic.Pointer[func()]
-
 // commit runs Silo's commit protocol and returns the commit epoch: the
 // transaction is committed (visible) but durable only once the durable
 // epoch reaches it. On ErrConflict nothing was written.
@@ -481,7 +477,7 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 					// has its one record noted as read below.)
 					x.noteNode(idx, &p.ver, 0)
 				}
-				if hook := testHookPartitionCreated.Load(); hook != nil {
+				if hook := x.db.hooks.partitionCreated.Load(); hook != nil {
 					(*hook)()
 				}
 			}
@@ -575,7 +571,10 @@ func (x *tx) commitOn(w *worker) (uint64, error) {
 	tid, ok := nextTID(maxv, e)
 	if !ok {
 		unlock()
-		db.want.Store(true) // sequence numbers of this epoch ran out
+		// The sequence numbers of this epoch ran out: ask for a close.
+		db.wmu.Lock()
+		db.stepLocked(epochMsg{ev: evHurry, epoch: e})
+		db.wmu.Unlock()
 		return 0, errConflict
 	}
 

@@ -127,8 +127,8 @@ func TestCreatedPartitionGuardsItsRecords(t *testing.T) {
 					return other.Commit(ctx)
 				}()
 			}
-			testHookPartitionCreated.Store(&hook)
-			defer testHookPartitionCreated.Store(nil)
+			db.hooks.partitionCreated.Store(&hook)
+			defer db.hooks.partitionCreated.Store(nil)
 
 			err = creator.Commit(ctx)
 			if !ran {

@@ -179,6 +179,7 @@ loading the checkpoint and replaying the run's log.`,
 	f.IntVar(&cfg.SyncClients, "sync-clients", 0, "clients waiting for durability after each transaction")
 	f.StringVar(&cfg.Log, "log", "wal", "wal or none")
 	f.DurationVar(&cfg.Epoch, "epoch", 40*time.Millisecond, "epoch interval")
+	f.IntVar(&cfg.RoundsInFlight, "rounds-in-flight", 0, "log rounds a logger may have proposed and not yet durable (default: the engine's, 1)")
 	f.IntVar(&cfg.LogBuffer, "log-buffer", 0, "bytes at which a worker hands its log buffer to the logger (default: the engine's, 512 KiB)")
 	f.DurationVar(&cfg.Duration, "duration", 20*time.Second, "measured time per run")
 	f.StringVar(&cfg.Dir, "dir", "", "parent directory of the data (default: the temp dir)")
