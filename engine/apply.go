@@ -242,6 +242,7 @@ func (db *DB) follow() {
 	ia := &inlineApply{db: db}
 	db.follower = newStateMachine(db, 0, 0, 1, ia.apply, ia.barrier)
 	db.followApply = ia
+	db.following.Store(true)
 	db.resetEpochs(1, 0)
 }
 
@@ -254,7 +255,7 @@ func (db *DB) follow() {
 // apply anything after it. Apply is safe for concurrent use but applies
 // one record at a time.
 func (db *DB) Apply(index uint64, rec []byte) error {
-	if !db.cfg.Follow {
+	if !db.following.Load() {
 		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "apply", Detail: "the engine is not a follower (Config.Follow)"}
 	}
 	if err := db.usable("apply"); err != nil {

@@ -21,7 +21,11 @@ func (db *DB) usable(op string) error {
 		return err
 	}
 	if err := db.failure(); err != nil {
-		return &storage.Error{Kind: storage.ErrUnavailable, Op: op, Cause: err}
+		kind := storage.ErrUnavailable
+		if errors.Is(err, storage.ErrNotLeader) {
+			kind = storage.ErrNotLeader // leadership lost: writes go to the new leader
+		}
+		return &storage.Error{Kind: kind, Op: op, Cause: err}
 	}
 	return nil
 }

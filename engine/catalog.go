@@ -239,7 +239,7 @@ func (db *DB) ddl(opName string, build func() (ddlOp, error)) error {
 	if err := db.usable(opName); err != nil {
 		return err
 	}
-	if db.cfg.Follow {
+	if db.following.Load() {
 		return &storage.Error{Kind: storage.ErrNotLeader, Op: opName, Detail: "catalog changes go to the leader"}
 	}
 	c := &db.cat

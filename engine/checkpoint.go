@@ -126,6 +126,10 @@ type ckptChain struct {
 	last       uint64 // Cs of the chain's newest file; 0 if there is none
 	fullBytes  int64  // the size of its full checkpoint
 	deltaBytes int64  // the sizes of its deltas, summed
+	// logFrom is the first log index the chain needs replayed: the log
+	// before it was truncated for the chain's checkpoints. 0 if unknown
+	// (the whole log kept is needed).
+	logFrom uint64
 }
 
 // CheckpointStats describe one checkpoint.
@@ -281,9 +285,11 @@ func (db *DB) Checkpoint(ctx context.Context) (CheckpointStats, error) {
 	if err := db.logNow(floorRecord(cs)); err != nil {
 		return st, fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := db.truncateBefore(cs); err != nil {
+	kept, err := db.truncateBefore(cs)
+	if err != nil {
 		return st, fmt.Errorf("truncating the log: %w", err)
 	}
+	db.chain.logFrom = max(db.chain.logFrom, kept)
 	st.Duration = db.clock.Since(began)
 	return st, nil
 }

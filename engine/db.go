@@ -304,7 +304,9 @@ type DB struct {
 	spanMax uint64
 	// logLast is the index of the last durable record proposed.
 	logLast atomic.Uint64
-	// follower is a follower's state machine, guarded by followMu.
+	// following is set while the engine follows another's log (Config.Follow,
+	// until Promote). follower is its state machine, guarded by followMu.
+	following   atomic.Bool
 	followMu    sync.Mutex
 	follower    *stateMachine
 	followApply *inlineApply
@@ -432,19 +434,25 @@ func Open(cfg Config) (*DB, error) {
 		db.lock.Close()
 		return nil, err
 	}
+	db.start()
+	return db, nil
+}
+
+// start starts a leader's goroutines: the epoch ticker, the loggers and
+// the checkpoint loop.
+func (db *DB) start() {
 	db.wg.Add(1)
 	go db.advanceLoop()
-	if cfg.Log == LogWAL {
+	if db.cfg.Log == LogWAL {
 		for _, lg := range db.loggers {
 			db.wg.Add(1)
 			go lg.run()
 		}
 	}
-	if cfg.CheckpointInterval > 0 && cfg.Log == LogWAL {
+	if db.cfg.CheckpointInterval > 0 && db.cfg.Log == LogWAL {
 		db.wg.Add(1)
 		go db.checkpointLoop()
 	}
-	return db, nil
 }
 
 // Close stops the engine: it waits for the loggers to make everything

@@ -89,7 +89,12 @@
 // code). A proposal returns at once and a callback reports when it is
 // durable, so a logger may have Config.LogRoundsInFlight rounds in flight.
 // One state machine applies the log (apply.go): recovery at Open, and a
-// follower as records arrive (DB.Apply).
+// follower as records arrive (DB.Apply). A follower is promoted to lead
+// the log it applied (DB.Promote, leader.go); a leader whose sink reports
+// another leader stops (LeadershipLostError). Snapshots are checkpoint
+// chains in one stream (DB.Snapshot, DB.Install; snapshot.go). The epoch
+// bookkeeping and the loggers' decisions are pure functions a simulation
+// can drive (epochs.go); time comes from Config.Clock.
 //
 // # Checkpoints and recovery (checkpoint.go, recover.go)
 //

@@ -83,6 +83,15 @@ func (db *DB) recover() error {
 			ErrLogGap, sm.floor, newest, cs, cs, sm.floor-1)
 	}
 	db.recovery.Records, db.recovery.VoidRecords, db.recovery.VoidBytes = sm.applied, sm.voidRecords, sm.voidBytes
+	return db.lead(sm)
+}
+
+// lead takes over the log sm has applied, as recovery does at Open and a
+// follower does when promoted: epochs above D that records name can never
+// become durable, so a void record makes them so for every reader of the
+// log, and an era record starts this engine's loggers above them. Both
+// are durable before anything new is logged.
+func (db *DB) lead(sm *stateMachine) error {
 	if v, ok := sm.undecided(); ok {
 		pending := sm.voidRecords
 		if err := sm.step(sm.last+1, voidRecord(v)); err != nil {

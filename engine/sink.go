@@ -84,8 +84,9 @@ func (db *DB) addSpanLocked(sp logSpan) {
 }
 
 // truncateBefore drops the log prefix whose records all count below epoch
-// from (a checkpoint that started at from covers them).
-func (db *DB) truncateBefore(from uint64) error {
+// from (a checkpoint that started at from covers them), and returns the
+// index of the first record kept, or 0 if it dropped nothing.
+func (db *DB) truncateBefore(from uint64) (uint64, error) {
 	db.spanMu.Lock()
 	cut := -1
 	for i, s := range db.spans {
@@ -101,9 +102,9 @@ func (db *DB) truncateBefore(from uint64) error {
 	}
 	db.spanMu.Unlock()
 	if index == 0 {
-		return nil
+		return 0, nil
 	}
-	return db.sink.TruncateFront(index)
+	return index, db.sink.TruncateFront(index)
 }
 
 // ---- the write-ahead log as a sink -------------------------------------------

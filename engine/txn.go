@@ -406,7 +406,7 @@ func (x *tx) commit(ctx context.Context) (uint64, error) {
 	if len(x.writes) == 0 {
 		return x.commitReadOnly()
 	}
-	if x.db.cfg.Follow {
+	if x.db.following.Load() {
 		return 0, &storage.Error{Kind: storage.ErrNotLeader, Op: "commit", Detail: "writes go to the leader"}
 	}
 	w := x.pinned
