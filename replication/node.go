@@ -1,0 +1,445 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/kiroku-db/kiroku/internal/vfsutil"
+	"github.com/kiroku-db/kiroku/transport"
+)
+
+// StateMachine is what a node applies its committed entries to.
+type StateMachine interface {
+	// Apply applies the data of the committed entry at index. Entries come
+	// in log order, each once per run of the node (a restarted node
+	// applies again from its snapshot on). An error is fatal to the node.
+	Apply(index uint64, data []byte) error
+	// Restore replaces the state with the snapshot data that stands for
+	// the log up to index (a follower that fell behind the compacted log,
+	// or a node that restarts from its own compaction).
+	Restore(index uint64, data []byte) error
+}
+
+// Observer hears of a node's role, on the goroutine driving the node.
+type Observer interface {
+	// RoleChanged: the leader the node knows (0: none) or its term
+	// changed.
+	RoleChanged(leader, term uint64)
+	// LeaderReady: the node leads term and has applied every entry
+	// committed before it (its own first entry of the term is applied).
+	LeaderReady(term uint64)
+}
+
+// Node is one member of a Raft group: raft.RawNode with asynchronous
+// storage writes, driven by one goroutine at a time (Run's, or a
+// simulation's), its log in a wal.Log whose policy batches fsyncs (seed
+// 001's follower bulk fsync), its messages on a transport.
+//
+// The driving goroutine calls Tick, Step, Propose and Process. Process
+// handles everything ready: messages to peers go out at once; appends go
+// to the log, and the responses that promise durability (the node's own
+// MsgStorageAppendResp, MsgAppResp to the leader, votes) wait for the
+// fsync that covers them — the log's callback queues them and a later
+// Process delivers them; committed entries are applied to the state
+// machine in order.
+type Node struct {
+	cfg   Config
+	rn    *raft.RawNode
+	store *logStore
+	sm    StateMachine
+	tr    transport.Transport
+
+	// done holds the responses of durable appends, in append order, for
+	// the next Process; wake is nudged when it fills. inflight counts the
+	// appends not yet durable.
+	doneMu   sync.Mutex
+	doneQ    []completion
+	inflight int
+	settled  *sync.Cond
+	wake     chan struct{}
+
+	obs       Observer
+	failed    error
+	applied   uint64
+	confState pb.ConfState // as of applied
+	soft      raft.SoftState
+	term      uint64
+}
+
+type completion struct {
+	resps []pb.Message
+	err   error
+}
+
+// ErrStopped is the cause of every call on a node that failed (its log
+// could not be made durable) or was closed.
+var ErrStopped = errors.New("replication: node stopped")
+
+// Open opens the node's log in cfg.Dir/raft, restores sm from the log's
+// snapshot if it has one, and readies the node. tr may be nil until
+// SetTransport: a node's handler must exist before its transport joins.
+func Open(cfg Config, sm StateMachine) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	// The directory's own entry must survive a crash, like the log in it.
+	if err := cfg.FS.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	if err := vfsutil.SyncDir(cfg.FS, cfg.FS.PathDir(cfg.Dir)); err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	store, err := openLogStore(cfg.FS, cfg.FS.PathJoin(cfg.Dir, "raft"), cfg.Sync, walTuning{segmentSize: cfg.SegmentSize,
+		maxRecord: int(min(cfg.SegmentSize-64, 64<<20)), maxPending: 256 << 20, clock: cfg.Clock})
+	if err != nil {
+		return nil, fmt.Errorf("replication: opening the raft log: %w", err)
+	}
+	n := &Node{cfg: cfg, store: store, sm: sm, wake: make(chan struct{}, 1)}
+	n.settled = sync.NewCond(&n.doneMu)
+	snap, err := store.Snapshot()
+	if err != nil {
+		store.close()
+		return nil, err
+	}
+	_, n.confState, _ = store.InitialState()
+	rc := &raft.Config{ID: cfg.ID, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks, Storage: store,
+		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
+		PreVote: cfg.PreVote, CheckQuorum: cfg.CheckQuorum, AsyncStorageWrites: true, Applied: snap.Metadata.Index,
+		Logger: &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}}
+	if n.rn, err = raft.NewRawNode(rc); err != nil {
+		store.close()
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	last, _ := store.LastIndex()
+	if last == 0 && raft.IsEmptySnap(snap) && len(cfg.Peers) > 0 {
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := n.rn.Bootstrap(peers); err != nil {
+			store.close()
+			return nil, fmt.Errorf("replication: %w", err)
+		}
+	}
+	if !raft.IsEmptySnap(snap) {
+		if err := sm.Restore(snap.Metadata.Index, snap.Data); err != nil {
+			store.close()
+			return nil, fmt.Errorf("replication: restoring the snapshot at %d: %w", snap.Metadata.Index, err)
+		}
+		n.applied = snap.Metadata.Index
+	}
+	return n, nil
+}
+
+// SetObserver sets who hears of the node's role; call it before the
+// node is driven.
+func (n *Node) SetObserver(o Observer) { n.obs = o }
+
+// SetTransport sets the transport the node sends on.
+func (n *Node) SetTransport(tr transport.Transport) { n.tr = tr }
+
+// ID is the node's id.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Tick advances the node's logical clock by one tick.
+func (n *Node) Tick() {
+	if n.failed != nil {
+		return
+	}
+	defer n.catch()
+	n.rn.Tick()
+}
+
+// catch turns a panic of the Raft library — which panics when the log it
+// is given contradicts what its peers know, e.g. entries a crash lost
+// after they were acknowledged — into the node's failure: the node stops
+// rather than the process.
+func (n *Node) catch() {
+	if r := recover(); r != nil {
+		n.fail(fmt.Errorf("%w: raft: %v", ErrCorruptLog, r))
+	}
+}
+
+// Step hands the node a message a peer sent (its wire bytes). Messages
+// that do not decode, or that claim to be local, are dropped with an
+// error; Raft tolerates lost messages.
+func (n *Node) Step(b []byte) (err error) {
+	if n.failed != nil {
+		return n.failed
+	}
+	defer func() {
+		if err == nil {
+			err = n.failed
+		}
+	}()
+	defer n.catch() // (recover works only called by the deferred function itself)
+	var m pb.Message
+	if err := m.Unmarshal(b); err != nil {
+		return fmt.Errorf("replication: a message that does not decode: %w", err)
+	}
+	if raft.IsLocalMsg(m.Type) || raft.IsLocalMsgTarget(m.From) || m.To != n.cfg.ID {
+		return fmt.Errorf("replication: a %v message from %d to %d refused", m.Type, m.From, m.To)
+	}
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Propose proposes data as a new entry. It returns raft.ErrProposalDropped
+// when this node cannot take it (no leader known, a leadership transfer,
+// too much uncommitted).
+func (n *Node) Propose(data []byte) error {
+	if n.failed != nil {
+		return n.failed
+	}
+	defer n.catch()
+	return n.rn.Propose(data)
+}
+
+// Process delivers the responses of the appends made durable since it
+// last ran, then handles each Ready until none is left. Appends it makes
+// complete later: their responses wait for a later Process (Woken says
+// when). It returns the error that stopped the node, if it did; a stopped
+// node sends and acknowledges nothing more.
+func (n *Node) Process() (err error) {
+	defer func() { err = n.failed }()
+	defer n.catch()
+	n.deliverDone()
+	for n.failed == nil && n.rn.HasReady() {
+		rd := n.rn.Ready()
+		changed := false
+		if rd.SoftState != nil {
+			if rd.SoftState.Lead != n.soft.Lead || rd.SoftState.RaftState != n.soft.RaftState {
+				n.cfg.Logf("replication: node %d: %v, leader %d", n.cfg.ID, rd.SoftState.RaftState, rd.SoftState.Lead)
+				changed = true
+			}
+			n.soft = *rd.SoftState
+		}
+		if !raft.IsEmptyHardState(rd.HardState) && rd.HardState.Term != n.term {
+			n.term = rd.HardState.Term
+			changed = true
+		}
+		if changed && n.obs != nil {
+			n.obs.RoleChanged(n.soft.Lead, n.term)
+		}
+		var local []pb.Message
+		for _, m := range rd.Messages {
+			switch m.To {
+			case raft.LocalAppendThread:
+				n.appendAsync(m)
+			case raft.LocalApplyThread:
+				local = append(local, n.apply(m)...)
+			default:
+				n.send(m)
+			}
+			if n.failed != nil {
+				break
+			}
+		}
+		for _, m := range local {
+			n.deliver(m)
+		}
+	}
+	return n.failed
+}
+
+// appendAsync writes a MsgStorageAppend to the log; its responses wait
+// for the fsync.
+func (n *Node) appendAsync(m pb.Message) {
+	var hs *pb.HardState
+	if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
+		hs = &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+	}
+	if m.Snapshot != nil {
+		// Install before the entries that follow it are applied.
+		if err := n.sm.Restore(m.Snapshot.Metadata.Index, m.Snapshot.Data); err != nil {
+			n.fail(fmt.Errorf("restoring a snapshot at %d: %w", m.Snapshot.Metadata.Index, err))
+			return
+		}
+		n.applied = m.Snapshot.Metadata.Index
+		n.confState = m.Snapshot.Metadata.ConfState
+	}
+	resps := m.Responses
+	n.doneMu.Lock()
+	n.inflight++
+	n.doneMu.Unlock()
+	err := n.store.appendAsync(m.Snapshot, m.Entries, hs, func(err error) {
+		n.doneMu.Lock()
+		n.doneQ = append(n.doneQ, completion{resps: resps, err: err})
+		n.inflight--
+		n.settled.Broadcast()
+		n.doneMu.Unlock()
+		select {
+		case n.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		n.doneMu.Lock()
+		n.inflight--
+		n.settled.Broadcast()
+		n.doneMu.Unlock()
+		n.fail(fmt.Errorf("appending to the raft log: %w", err))
+	}
+}
+
+// deliverDone delivers the responses of the appends made durable since
+// the last call, in order, and reports whether there were any.
+func (n *Node) deliverDone() bool {
+	n.doneMu.Lock()
+	q := n.doneQ
+	n.doneQ = nil
+	n.doneMu.Unlock()
+	for _, c := range q {
+		if c.err != nil {
+			// An fsync that failed is never retried: what it covered may
+			// be lost, so nothing it covered may be acknowledged.
+			n.fail(fmt.Errorf("making the raft log durable: %w", c.err))
+			return true
+		}
+		for _, m := range c.resps {
+			n.deliver(m)
+		}
+	}
+	return len(q) > 0
+}
+
+// apply applies a MsgStorageApply's committed entries and returns its
+// responses.
+func (n *Node) apply(m pb.Message) []pb.Message {
+	for _, e := range m.Entries {
+		if e.Index <= n.applied {
+			continue // in the snapshot restored
+		}
+		switch e.Type {
+		case pb.EntryNormal:
+			if len(e.Data) > 0 {
+				if err := n.sm.Apply(e.Index, e.Data); err != nil {
+					n.fail(fmt.Errorf("applying entry %d: %w", e.Index, err))
+					return nil
+				}
+			} else if e.Term == n.term && n.soft.RaftState == raft.StateLeader && n.obs != nil {
+				// A new leader's empty entry: everything before it is
+				// committed, and now applied.
+				n.obs.LeaderReady(e.Term)
+			}
+		case pb.EntryConfChange:
+			var cc pb.ConfChange
+			if err := cc.Unmarshal(e.Data); err != nil {
+				n.fail(fmt.Errorf("entry %d: %w", e.Index, err))
+				return nil
+			}
+			n.confState = *n.rn.ApplyConfChange(cc)
+		case pb.EntryConfChangeV2:
+			var cc pb.ConfChangeV2
+			if err := cc.Unmarshal(e.Data); err != nil {
+				n.fail(fmt.Errorf("entry %d: %w", e.Index, err))
+				return nil
+			}
+			n.confState = *n.rn.ApplyConfChange(cc)
+		}
+		n.applied = e.Index
+	}
+	return m.Responses
+}
+
+// deliver steps a response meant for this node, and sends the others.
+func (n *Node) deliver(m pb.Message) {
+	if m.To == n.cfg.ID {
+		if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+			n.fail(fmt.Errorf("stepping %v: %w", m.Type, err))
+		}
+		return
+	}
+	n.send(m)
+}
+
+func (n *Node) send(m pb.Message) {
+	if n.tr == nil {
+		n.rn.ReportUnreachable(m.To)
+		return
+	}
+	b, err := m.Marshal()
+	if err == nil {
+		err = n.tr.Send(transport.NodeID(m.To), b)
+	}
+	if m.Type == pb.MsgSnap {
+		status := raft.SnapshotFinish
+		if err != nil {
+			status = raft.SnapshotFailure
+		}
+		n.rn.ReportSnapshot(m.To, status)
+	}
+	if err != nil {
+		n.rn.ReportUnreachable(m.To)
+	}
+}
+
+func (n *Node) fail(err error) {
+	if n.failed != nil {
+		return
+	}
+	n.failed = fmt.Errorf("%w: node %d: %w", ErrStopped, n.cfg.ID, err)
+	n.cfg.Logf("replication: %v", n.failed)
+}
+
+// WaitAppends waits until every append handed to the log is durable (or
+// failed); the next Process delivers their responses. A simulation calls
+// it to run the log's fsyncs at points it chooses.
+func (n *Node) WaitAppends() {
+	n.doneMu.Lock()
+	for n.inflight > 0 {
+		n.settled.Wait()
+	}
+	n.doneMu.Unlock()
+}
+
+// Woken is nudged when an append becomes durable: the driver then calls
+// Process.
+func (n *Node) Woken() <-chan struct{} { return n.wake }
+
+// Compact drops the log up to index, which the state machine's snapshot
+// data covers; a follower behind it is sent a snapshot. index must be
+// applied.
+func (n *Node) Compact(index uint64, data []byte) error {
+	if index > n.applied {
+		return fmt.Errorf("replication: compacting to %d, applied %d", index, n.applied)
+	}
+	return n.store.compact(index, n.confState, data)
+}
+
+// Status is what a node knows of its group.
+type Status struct {
+	ID, Leader, Term   uint64
+	State              raft.StateType
+	Commit, Applied    uint64
+	FirstIndex, LastIx uint64
+}
+
+// Status returns the node's view of the group.
+func (n *Node) Status() Status {
+	st := n.rn.BasicStatus()
+	first, _ := n.store.FirstIndex()
+	last, _ := n.store.LastIndex()
+	return Status{ID: n.cfg.ID, Leader: st.Lead, Term: st.Term, State: st.RaftState, Commit: st.Commit, Applied: n.applied,
+		FirstIndex: first, LastIx: last}
+}
+
+// Err is the error that stopped the node, or nil.
+func (n *Node) Err() error { return n.failed }
+
+// Close closes the node's log, waiting for the appends in flight. The
+// driver must have stopped calling the node.
+func (n *Node) Close() error {
+	if n.failed == nil {
+		n.failed = fmt.Errorf("%w: node %d closed", ErrStopped, n.cfg.ID)
+	}
+	return n.store.close()
+}

@@ -1,0 +1,148 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/transport"
+)
+
+// Runner drives a Node on a goroutine of its own: ticks from the node's
+// clock, messages from the transport (through Handler), proposals from
+// callers, and the log's fsync completions. Everything it does to the
+// node happens on that goroutine.
+type Runner struct {
+	n     *Node
+	inbox chan [][]byte
+	calls chan func()
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	mu    sync.Mutex
+	err   error
+}
+
+// inboxBatches bounds the batches of messages waiting for the loop; past
+// it the transport's batches are dropped, as a lossy network would, and
+// Raft sends again.
+const inboxBatches = 4096
+
+// NewRunner readies a runner for n; Handler is then what n's transport
+// delivers to, and Start starts the loop.
+func NewRunner(n *Node) *Runner {
+	return &Runner{n: n, inbox: make(chan [][]byte, inboxBatches), calls: make(chan func()),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start starts the loop.
+func (r *Runner) Start() { go r.loop() }
+
+func (r *Runner) loop() {
+	defer close(r.done)
+	t := r.n.cfg.Clock.NewTicker(r.n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.Chan():
+			r.n.Tick()
+		case b := <-r.inbox:
+			for _, m := range b {
+				r.n.Step(m) // a refused message is a lost one
+			}
+		case f := <-r.calls:
+			f()
+		case <-r.n.Woken():
+		}
+		if err := r.n.Process(); err != nil {
+			r.mu.Lock()
+			r.err = err
+			r.mu.Unlock()
+			<-r.stop // a stopped node does nothing more
+			return
+		}
+	}
+}
+
+// Do runs f on the loop and waits for it; the node is f's to use. It
+// returns ErrStopped once the loop has ended.
+func (r *Runner) Do(ctx context.Context, f func(n *Node)) error {
+	ran := make(chan struct{})
+	select {
+	case r.calls <- func() { f(r.n); close(ran) }:
+	case <-r.done:
+		return r.stopped()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-ran
+	return nil
+}
+
+// Propose proposes each of data as an entry, in order, on the loop.
+func (r *Runner) Propose(ctx context.Context, data ...[]byte) error {
+	var err error
+	if derr := r.Do(ctx, func(n *Node) {
+		for _, d := range data {
+			if err = n.Propose(d); err != nil {
+				return
+			}
+		}
+	}); derr != nil {
+		return derr
+	}
+	return err
+}
+
+// Status is the node's status, read on the loop.
+func (r *Runner) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := r.Do(ctx, func(n *Node) { st = n.Status() })
+	return st, err
+}
+
+// Err is the error that stopped the node, or nil.
+func (r *Runner) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *Runner) stopped() error {
+	if err := r.Err(); err != nil {
+		return err
+	}
+	return ErrStopped
+}
+
+// Stop ends the loop and waits for it. It does not close the node.
+func (r *Runner) Stop() {
+	r.once.Do(func() { close(r.stop) })
+	<-r.done
+}
+
+// Handler is the transport.Handler that feeds the runner.
+func (r *Runner) Handler() transport.Handler { return runnerHandler{r} }
+
+type runnerHandler struct{ r *Runner }
+
+func (h runnerHandler) Receive(_ transport.NodeID, msgs [][]byte) {
+	select {
+	case h.r.inbox <- msgs:
+	default: // full: lost, Raft sends again
+	}
+}
+
+// errNoCalls: the Raft group sends messages only; nothing calls a node.
+var errNoCalls = errors.New("replication: a node serves no calls")
+
+func (runnerHandler) Serve(context.Context, transport.NodeID, []byte) ([]byte, error) {
+	return nil, errNoCalls
+}
+
+func (runnerHandler) ReceiveStream(context.Context, transport.NodeID, io.Reader) error {
+	return errNoCalls
+}

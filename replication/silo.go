@@ -1,0 +1,267 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/kiroku-db/kiroku/engine"
+)
+
+// Silo is one member of a replicated engine (seed 002, RaftSilo): the
+// embedded engine whose log is the Raft group's. Each engine log record
+// is one Raft entry, byte for byte. While another node leads, the engine
+// is a follower (engine.Config.Follow) that applies the committed entries
+// as they are applied (hot standby), and refuses writes. Once this node
+// leads and has applied every entry committed before its term, the engine
+// is promoted (engine.DB.Promote): it voids the epochs no longer
+// completable, starts its era, and proposes its loggers' buffers as
+// entries; an epoch is durable once all its entries are committed by a
+// majority, and commits are acknowledged only then, as with the local
+// WAL. A leader that loses its office fails what it had in flight
+// (engine.LeadershipLostError) and stops: its memory may hold commits the
+// new leader voids, so its owner opens the member again, as a follower
+// that applies the log from its start.
+//
+// The Raft log is not compacted yet: engine checkpoints do not become
+// Raft snapshots, and a restarted member applies the whole log.
+type Silo struct {
+	node *Node
+	run  *Runner
+	db   *engine.DB
+
+	// propMu keeps the order of proposals and of pending the same.
+	propMu sync.Mutex
+	mu     sync.Mutex
+	// leading is set once the engine leads (the node's LeaderReady);
+	// from then on every applied entry is one of pending's, in order.
+	leading  bool
+	promoted bool // Promote returned: the engine takes writes
+	lost     error
+	term     uint64
+	pending  []*siloProposal
+	lostCh   chan struct{}
+}
+
+type siloProposal struct {
+	left int
+	done func(uint64, error)
+}
+
+// SiloConfig configures a member.
+type SiloConfig struct {
+	Node   Config
+	Engine engine.Config // Follow is set; OpenSink is not used
+}
+
+// maxSiloRecord bounds an engine log record, so one entry fits in a
+// message of the default MaxSizePerMsg with room to spare.
+const maxSiloRecord = 512 << 10
+
+// OpenSilo opens a member: its Raft node (Config.Dir) and a follower
+// engine (Engine.Dir). Start it with Start once its transport is set
+// (Runner().Handler() is what the transport delivers to).
+func OpenSilo(cfg SiloConfig) (*Silo, error) {
+	ec := cfg.Engine
+	ec.Follow = true
+	ec.LogBufferSize = min(max(ec.LogBufferSize, 0), maxSiloRecord/2)
+	if ec.LogBufferSize == 0 {
+		ec.LogBufferSize = maxSiloRecord / 2
+	}
+	db, err := engine.Open(ec)
+	if err != nil {
+		return nil, err
+	}
+	s := &Silo{db: db, lostCh: make(chan struct{})}
+	if s.node, err = Open(cfg.Node, s); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.node.SetObserver(s)
+	s.run = NewRunner(s.node)
+	return s, nil
+}
+
+// Runner is the member's node runner (its Handler feeds the transport's
+// messages in).
+func (s *Silo) Runner() *Runner { return s.run }
+
+// Node is the member's Raft node; use it only through Runner().Do.
+func (s *Silo) Node() *Node { return s.node }
+
+// DB is the member's engine: a follower's refuses writes with
+// storage.ErrNotLeader.
+func (s *Silo) DB() *engine.DB { return s.db }
+
+// Leading reports whether the member's engine leads and takes writes.
+func (s *Silo) Leading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.promoted && s.lost == nil
+}
+
+// Lost is closed when the member's engine lost the leadership it held:
+// the owner closes the member and opens it again.
+func (s *Silo) Lost() <-chan struct{} { return s.lostCh }
+
+// Start starts the node's loop.
+func (s *Silo) Start() { s.run.Start() }
+
+// Close stops the node and closes the engine and the Raft log.
+func (s *Silo) Close() error {
+	s.mu.Lock()
+	if s.lost == nil {
+		s.lost = errors.New("replication: member closed")
+	}
+	s.mu.Unlock()
+	s.run.Stop()
+	s.failPending(&engine.LeadershipLostError{Term: s.term})
+	err := s.db.Close()
+	if errors.Is(err, engine.ErrFailed) {
+		err = nil // it failed because its proposals did
+	}
+	return errors.Join(err, s.node.Close())
+}
+
+// ---- the state machine (on the node's loop) --------------------------------
+
+// Apply applies a committed entry: an engine record.
+func (s *Silo) Apply(index uint64, data []byte) error {
+	s.mu.Lock()
+	if !s.leading {
+		s.mu.Unlock()
+		return s.db.Apply(index, data)
+	}
+	if len(s.pending) == 0 {
+		s.mu.Unlock()
+		// An entry of this leader's term that it did not propose, or a
+		// former one's committed late: the member must start over.
+		s.lose(s.term)
+		return nil
+	}
+	p := s.pending[0]
+	p.left--
+	var done func(uint64, error)
+	if p.left == 0 {
+		s.pending = s.pending[1:]
+		done = p.done
+	}
+	s.mu.Unlock()
+	if done != nil {
+		done(index, nil)
+	}
+	return nil
+}
+
+// Restore would load a snapshot: there are none yet (the log is never
+// compacted).
+func (s *Silo) Restore(index uint64, data []byte) error {
+	return fmt.Errorf("replication: the replicated engine takes no snapshots yet (one at index %d)", index)
+}
+
+// RoleChanged: a member whose engine leads and sees another leader (or
+// none) has lost its office.
+func (s *Silo) RoleChanged(leader, term uint64) {
+	s.mu.Lock()
+	s.term = term
+	leading := s.leading
+	s.mu.Unlock()
+	if leading && leader != s.node.ID() {
+		s.lose(term)
+	}
+}
+
+// LeaderReady: this node leads and has applied everything committed
+// before its term; the engine takes over the log.
+func (s *Silo) LeaderReady(term uint64) {
+	s.mu.Lock()
+	if s.leading || s.lost != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.leading, s.term = true, term
+	s.mu.Unlock()
+	// Promote proposes (and waits for) records, which this loop commits:
+	// it runs beside it.
+	go func() {
+		if err := s.db.Promote(siloSink{s}); err != nil {
+			s.lose(term)
+			return
+		}
+		s.mu.Lock()
+		s.promoted = true
+		s.mu.Unlock()
+	}()
+}
+
+// lose records the loss of leadership in term and fails what was in
+// flight.
+func (s *Silo) lose(term uint64) {
+	s.mu.Lock()
+	if s.lost != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.lost = &engine.LeadershipLostError{Term: term}
+	close(s.lostCh)
+	s.mu.Unlock()
+	s.failPending(&engine.LeadershipLostError{Term: term})
+	s.db.LeadershipLost(term)
+}
+
+func (s *Silo) failPending(err error) {
+	s.mu.Lock()
+	ps := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, p := range ps {
+		p.done(0, err)
+	}
+}
+
+// ---- engine.LogSink --------------------------------------------------------
+
+// siloSink is the engine's view of the member: its LogSink.
+type siloSink struct{ s *Silo }
+
+func (k siloSink) MaxRecordSize() int { return maxSiloRecord }
+
+// Propose proposes each record as an entry; done runs once the last is
+// committed and applied.
+func (k siloSink) Propose(recs [][]byte, done func(uint64, error)) error {
+	s := k.s
+	s.propMu.Lock()
+	defer s.propMu.Unlock()
+	s.mu.Lock()
+	if s.lost != nil {
+		err := s.lost
+		s.mu.Unlock()
+		return err
+	}
+	term := s.term
+	s.pending = append(s.pending, &siloProposal{left: len(recs), done: done})
+	s.mu.Unlock()
+	copies := make([][]byte, len(recs))
+	for i, r := range recs {
+		copies[i] = slices.Clone(r) // Raft keeps them; the engine reuses its buffers
+	}
+	if err := s.run.Propose(context.Background(), copies...); err != nil {
+		// Dropped: no longer the leader (or stopped).
+		s.lose(term)
+		return &engine.LeadershipLostError{Term: term}
+	}
+	return nil
+}
+
+// Replay is not used: the member's engine follows from the log's start.
+func (siloSink) Replay(uint64, func(uint64, []byte) error) error { return nil }
+
+// TruncateFront keeps the Raft log: it is not compacted yet.
+func (siloSink) TruncateFront(uint64) error { return nil }
+
+func (siloSink) Recovered() engine.SinkRecovery { return engine.SinkRecovery{} }
+
+// Close does nothing: the member closes the node (Silo.Close).
+func (siloSink) Close() error { return nil }
