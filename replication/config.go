@@ -15,6 +15,11 @@ import (
 type Config struct {
 	// ID is this node's id in the cluster; 0 is not an id. Required.
 	ID uint64
+	// ClusterID names the cluster. A node's directory records it, with
+	// the node's id and its initial peers, on first use, and refuses to
+	// open for another (ErrWrongCluster, ErrPeersMismatch). "" means
+	// "kiroku".
+	ClusterID string
 	// Peers are the ids of the cluster's first voters, this node among
 	// them. A node whose log is empty starts a cluster of them; a node
 	// with a log ignores Peers and follows its log's configuration. A
@@ -56,6 +61,14 @@ type Config struct {
 	// released only after the fsync. The zero value is wal.BatchPolicy:
 	// one fsync for whatever is pending when the last one ends.
 	Sync wal.Policy
+	// SerialAppends makes every append durable before the node goes on,
+	// one fsync per Ready, as a Raft driver without asynchronous storage
+	// writes does: the baseline that follower bulk fsync is measured
+	// against (kiroku bench raft). Sync is then ignored.
+	SerialAppends bool
+	// SyncEachEntry, with SerialAppends, makes each entry durable on its
+	// own, one fsync per entry: the baseline seed 001 measures against.
+	SyncEachEntry bool
 	// SegmentSize is the Raft log's segment size. 0 means 64 MiB.
 	SegmentSize int64
 	// Logf reports elections and failures; nil discards.
@@ -74,6 +87,9 @@ func (c *Config) validate() error {
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = "kiroku"
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -96,7 +112,10 @@ func (c *Config) validate() error {
 	if c.MaxUncommittedEntriesSize == 0 {
 		c.MaxUncommittedEntriesSize = 64 << 20
 	}
-	if c.Sync == (wal.Policy{}) {
+	if c.SyncEachEntry && !c.SerialAppends {
+		return fmt.Errorf("%w: SyncEachEntry needs SerialAppends", ErrConfig)
+	}
+	if c.Sync == (wal.Policy{}) || c.SerialAppends {
 		c.Sync = wal.BatchPolicy()
 	}
 	if c.SegmentSize == 0 {

@@ -95,6 +95,9 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	if err := vfsutil.SyncDir(cfg.FS, cfg.FS.PathDir(cfg.Dir)); err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
+	if err := checkIdentity(cfg.FS, cfg.Dir, &cfg); err != nil {
+		return nil, err
+	}
 	store, err := openLogStore(cfg.FS, cfg.FS.PathJoin(cfg.Dir, "raft"), cfg.Sync, walTuning{segmentSize: cfg.SegmentSize,
 		maxRecord: int(min(cfg.SegmentSize-64, 64<<20)), maxPending: 256 << 20, clock: cfg.Clock})
 	if err != nil {
@@ -267,10 +270,29 @@ func (n *Node) appendAsync(m pb.Message) {
 		n.confState = m.Snapshot.Metadata.ConfState
 	}
 	resps := m.Responses
+	entries := m.Entries
+	if n.cfg.SyncEachEntry && len(entries) > 1 {
+		// Every entry but the last on its own, made durable before the
+		// next; the last goes with the hard state and the responses.
+		for i := range len(entries) - 1 {
+			n.appendOne(m.Snapshot, entries[i:i+1], nil, nil)
+			m.Snapshot = nil
+		}
+		entries = entries[len(entries)-1:]
+	}
+	n.appendOne(m.Snapshot, entries, hs, resps)
+}
+
+// appendOne writes a snapshot, entries and a hard state as one batch,
+// whose responses wait for its fsync.
+func (n *Node) appendOne(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState, resps []pb.Message) {
+	if n.failed != nil {
+		return
+	}
 	n.doneMu.Lock()
 	n.inflight++
 	n.doneMu.Unlock()
-	err := n.store.appendAsync(m.Snapshot, m.Entries, hs, func(err error) {
+	err := n.store.appendAsync(snap, entries, hs, func(err error) {
 		n.doneMu.Lock()
 		n.doneQ = append(n.doneQ, completion{resps: resps, err: err})
 		n.inflight--
@@ -287,6 +309,11 @@ func (n *Node) appendAsync(m pb.Message) {
 		n.settled.Broadcast()
 		n.doneMu.Unlock()
 		n.fail(fmt.Errorf("appending to the raft log: %w", err))
+		return
+	}
+	if n.cfg.SerialAppends {
+		n.WaitAppends()
+		n.deliverDone()
 	}
 }
 

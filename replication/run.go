@@ -57,11 +57,33 @@ func (r *Runner) loop() {
 			f()
 		case <-r.n.Woken():
 		}
+		r.drain()
 		if err := r.n.Process(); err != nil {
 			r.mu.Lock()
 			r.err = err
 			r.mu.Unlock()
 			<-r.stop // a stopped node does nothing more
+			return
+		}
+	}
+}
+
+// drainLimit bounds the events one Process waits for.
+const drainLimit = 1024
+
+// drain takes the messages and calls already waiting, without blocking,
+// so that one Ready carries all of them: proposals that arrived together
+// become one append and one message per peer.
+func (r *Runner) drain() {
+	for range drainLimit {
+		select {
+		case b := <-r.inbox:
+			for _, m := range b {
+				r.n.Step(m)
+			}
+		case f := <-r.calls:
+			f()
+		default:
 			return
 		}
 	}

@@ -22,7 +22,7 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that print their figures next to a baseline measured in the same run",
 	}
-	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd(), benchValidateCmd())
+	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd(), benchValidateCmd(), benchRaftCmd())
 	return cmd
 }
 

@@ -1,0 +1,330 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/grpc"
+
+	"github.com/kiroku-db/kiroku/replication"
+	"github.com/kiroku-db/kiroku/transport"
+	"github.com/kiroku-db/kiroku/transport/grpcnet"
+	"github.com/kiroku-db/kiroku/wal"
+)
+
+// RaftConfig is seed 001's experiment: PUTs to a Raft group of Nodes on
+// this machine, each node's log on disk, with the followers' (and the
+// leader's) log made durable under each policy of Policies.
+type RaftConfig struct {
+	Nodes      int
+	Clients    []int
+	ValueSizes []int
+	KeySize    int
+	// Policies name the log's durability: "entry" (an fsync per entry,
+	// the node waiting for each: seed 001's baseline), "append" (an fsync
+	// per append message, waited for: a Raft driver without asynchronous
+	// storage writes), "batch" (asynchronous appends, one fsync for what
+	// is pending when the last ends), "count:N" (one fsync per N entries
+	// or MaxWait: seed 001's bulk fsync), "group:D" (one per window D),
+	// "none" (never: unsafe).
+	Policies []string
+	MaxWait  time.Duration
+	Warmup   time.Duration
+	Duration time.Duration
+	Dir      string // parent of the nodes' directories; "" is the temp dir
+}
+
+// RaftPoint is one run's figures.
+type RaftPoint struct {
+	Policy    string  `json:"policy"`
+	Unsafe    bool    `json:"unsafe,omitempty"`
+	Clients   int     `json:"clients"`
+	ValueSize int     `json:"value_size"`
+	Puts      int64   `json:"puts"`
+	PutsPerS  float64 `json:"puts_per_s"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+	// CPUus is the CPU time of the whole process (every node, every
+	// client) per acknowledged put, in µs.
+	CPUus float64 `json:"cpu_us_per_put"`
+}
+
+// RaftPolicy is how a node makes its log durable in a run.
+type RaftPolicy struct {
+	Log       wal.Policy
+	Serial    bool // replication.Config.SerialAppends
+	EachEntry bool // replication.Config.SyncEachEntry
+	Unsafe    bool // never synced
+}
+
+// ParseRaftPolicy reads a policy name of RaftConfig.Policies.
+func ParseRaftPolicy(name string, maxWait time.Duration) (RaftPolicy, error) {
+	kind, arg, _ := strings.Cut(name, ":")
+	switch {
+	case name == "entry":
+		return RaftPolicy{Log: wal.BatchPolicy(), Serial: true, EachEntry: true}, nil
+	case name == "append":
+		return RaftPolicy{Log: wal.BatchPolicy(), Serial: true}, nil
+	case name == "batch":
+		return RaftPolicy{Log: wal.BatchPolicy()}, nil
+	case name == "none":
+		return RaftPolicy{Log: wal.PeriodicPolicy(time.Hour), Unsafe: true}, nil
+	case kind == "count":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 {
+			return RaftPolicy{}, fmt.Errorf("bench: policy %q: count:N needs N ≥ 1", name)
+		}
+		return RaftPolicy{Log: wal.CountPolicy(n, maxWait)}, nil
+	case kind == "group":
+		d, err := time.ParseDuration(arg)
+		if err != nil || d <= 0 {
+			return RaftPolicy{}, fmt.Errorf("bench: policy %q: group:D needs a duration", name)
+		}
+		return RaftPolicy{Log: wal.GroupPolicy(d)}, nil
+	}
+	return RaftPolicy{}, fmt.Errorf("bench: unknown policy %q (entry, append, batch, count:N, group:D, none)", name)
+}
+
+// RunRaft runs every combination of policy, value size and client count,
+// each on a fresh cluster, and hands each point to out as it is measured.
+func RunRaft(ctx context.Context, cfg RaftConfig, out func(RaftPoint)) ([]RaftPoint, error) {
+	if cfg.Nodes < 1 || cfg.Nodes > 7 {
+		return nil, fmt.Errorf("bench: %d nodes, want 1..7", cfg.Nodes)
+	}
+	if cfg.KeySize < 8 {
+		return nil, fmt.Errorf("bench: keys of %d bytes, want at least 8", cfg.KeySize)
+	}
+	var points []RaftPoint
+	for _, pol := range cfg.Policies {
+		if _, err := ParseRaftPolicy(pol, cfg.MaxWait); err != nil {
+			return nil, err
+		}
+	}
+	for _, vs := range cfg.ValueSizes {
+		for _, clients := range cfg.Clients {
+			for _, pol := range cfg.Policies {
+				pt, err := runRaftPoint(ctx, cfg, pol, clients, vs)
+				if err != nil {
+					return points, err
+				}
+				points = append(points, pt)
+				if out != nil {
+					out(pt)
+				}
+			}
+		}
+	}
+	return points, nil
+}
+
+// raftKV is the benchmark's state machine: it counts what it applies and
+// wakes the client whose put it is, on the node that waits for it.
+type raftKV struct {
+	mu      sync.Mutex
+	waiters map[uint64]chan struct{}
+}
+
+func (s *raftKV) Apply(_ uint64, data []byte) error {
+	id, n := binary.Uvarint(data)
+	if n <= 0 {
+		return errors.New("bench: a put without its id")
+	}
+	s.mu.Lock()
+	ch := s.waiters[id]
+	delete(s.waiters, id)
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+	return nil
+}
+
+func (s *raftKV) Restore(uint64, []byte) error { return nil }
+
+func (s *raftKV) wait(id uint64) chan struct{} {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.waiters[id] = ch
+	s.mu.Unlock()
+	return ch
+}
+
+func (s *raftKV) forget(id uint64) {
+	s.mu.Lock()
+	delete(s.waiters, id)
+	s.mu.Unlock()
+}
+
+type raftBenchNode struct {
+	n   *replication.Node
+	run *replication.Runner
+	kv  *raftKV
+	tr  *grpcnet.Transport
+	srv *grpc.Server
+}
+
+func runRaftPoint(ctx context.Context, cfg RaftConfig, pol string, clients, valueSize int) (RaftPoint, error) {
+	policy, _ := ParseRaftPolicy(pol, cfg.MaxWait)
+	pt := RaftPoint{Policy: pol, Unsafe: policy.Unsafe, Clients: clients, ValueSize: valueSize}
+	dir, err := os.MkdirTemp(cfg.Dir, "kiroku-bench-raft-")
+	if err != nil {
+		return pt, err
+	}
+	defer os.RemoveAll(dir)
+	addrs := map[transport.NodeID]string{}
+	var peers []uint64
+	var lis []net.Listener
+	for i := range cfg.Nodes {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return pt, err
+		}
+		lis = append(lis, l)
+		addrs[transport.NodeID(i+1)] = l.Addr().String()
+		peers = append(peers, uint64(i+1))
+	}
+	var nodes []*raftBenchNode
+	defer func() {
+		for _, b := range nodes {
+			b.run.Stop()
+			b.srv.Stop()
+			b.tr.Close()
+			b.n.Close()
+		}
+	}()
+	for i, id := range peers {
+		kv := &raftKV{waiters: map[uint64]chan struct{}{}}
+		n, err := replication.Open(replication.Config{ID: id, ClusterID: "bench", Peers: peers, Dir: filepath.Join(dir, fmt.Sprint(id)),
+			PreVote: true, CheckQuorum: true, Sync: policy.Log, SerialAppends: policy.Serial, SyncEachEntry: policy.EachEntry, MaxUncommittedEntriesSize: 1 << 30,
+			MaxSizePerMsg: 4 << 20, SegmentSize: 256 << 20}, kv)
+		if err != nil {
+			return pt, err
+		}
+		run := replication.NewRunner(n)
+		tr, err := grpcnet.New(grpcnet.Config{NodeID: transport.NodeID(id), ClusterID: "bench", Peers: addrs,
+			QueueBytes: 256 << 20, BatchBytes: 4 << 20}, run.Handler())
+		if err != nil {
+			n.Close()
+			return pt, err
+		}
+		n.SetTransport(tr)
+		srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+		tr.Register(srv)
+		go srv.Serve(lis[i])
+		run.Start()
+		nodes = append(nodes, &raftBenchNode{n: n, run: run, kv: kv, tr: tr, srv: srv})
+	}
+	leader, err := raftLeader(ctx, nodes, 10*time.Second)
+	if err != nil {
+		return pt, err
+	}
+	var (
+		stop     atomic.Bool
+		measure  atomic.Bool
+		puts     atomic.Int64
+		nextID   atomic.Uint64
+		mu       sync.Mutex
+		lat      = hdrhistogram.New(1, 60_000_000, 3)
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			local := hdrhistogram.New(1, 60_000_000, 3)
+			defer func() {
+				mu.Lock()
+				lat.Merge(local)
+				mu.Unlock()
+			}()
+			value := make([]byte, valueSize)
+			for !stop.Load() {
+				id := nextID.Add(1)
+				data := binary.AppendUvarint(make([]byte, 0, 10+cfg.KeySize+valueSize), id)
+				key := make([]byte, cfg.KeySize)
+				binary.LittleEndian.PutUint64(key, rng.Uint64())
+				data = append(append(data, key...), value...)
+				ch := leader.kv.wait(id)
+				start := time.Now()
+				if err := leader.run.Propose(ctx, data); err != nil {
+					leader.kv.forget(id)
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					stop.Store(true)
+					return
+				}
+				select {
+				case <-ch:
+				case <-time.After(30 * time.Second):
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = errors.New("bench: a put not committed within 30 s")
+					}
+					mu.Unlock()
+					stop.Store(true)
+					return
+				}
+				if measure.Load() {
+					puts.Add(1)
+					local.RecordValue(time.Since(start).Microseconds())
+				}
+			}
+		})
+	}
+	cpu := CPUClock()
+	time.Sleep(cfg.Warmup)
+	c0, err := cpu()
+	if err != nil {
+		return pt, err
+	}
+	measure.Store(true)
+	t0 := time.Now()
+	time.Sleep(cfg.Duration)
+	measure.Store(false)
+	elapsed := time.Since(t0)
+	c1, _ := cpu()
+	stop.Store(true)
+	wg.Wait()
+	if firstErr != nil {
+		return pt, firstErr
+	}
+	pt.Puts = puts.Load()
+	pt.PutsPerS = float64(pt.Puts) / elapsed.Seconds()
+	pt.P50ms = float64(lat.ValueAtQuantile(50)) / 1000
+	pt.P99ms = float64(lat.ValueAtQuantile(99)) / 1000
+	if pt.Puts > 0 {
+		pt.CPUus = float64((c1 - c0).Microseconds()) / float64(pt.Puts)
+	}
+	return pt, nil
+}
+
+// raftLeader waits for a node that leads.
+func raftLeader(ctx context.Context, nodes []*raftBenchNode, within time.Duration) (*raftBenchNode, error) {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, b := range nodes {
+			st, err := b.run.Status(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if st.Leader == st.ID {
+				return b, nil
+			}
+		}
+	}
+	return nil, errors.New("bench: no leader elected")
+}
