@@ -17,6 +17,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/replication"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -38,6 +39,11 @@ type EngineConfig struct {
 	// RoundsInFlight is engine.Config.LogRoundsInFlight; 0 keeps the
 	// engine's default.
 	RoundsInFlight int
+	// Replicas, above 0, replicates the engine's log through a Raft group
+	// of Replicas+1 members in this process (package replication, seed
+	// 002): the workload runs on the leader, and the followers apply the
+	// log (hot standby). 0 is the engine with its local WAL.
+	Replicas int
 	// CheckpointLogSize is engine.Config.CheckpointLogSize; 0 keeps the
 	// engine's default (tests make it small).
 	CheckpointLogSize int64
@@ -82,6 +88,11 @@ type EngineResult struct {
 	DiskWriteRate float64 `json:"disk_write_bytes_per_s"`
 	// LogSpan is the size of the log's files at the end of a wal run.
 	LogSpan int64 `json:"log_span_bytes,omitempty"`
+	// Replicas is the followers the log was replicated to, and
+	// ReplicatedBytesPerTxn the engine log bytes proposed to them per
+	// committed transaction (Raft's entry framing not counted).
+	Replicas              int     `json:"replicas,omitempty"`
+	ReplicatedBytesPerTxn float64 `json:"replicated_bytes_per_txn,omitempty"`
 	// DiskLoad is the run's background writes, if it had them.
 	DiskLoad *DiskLoad `json:"disk_load,omitempty"`
 	// With Recovery:
@@ -107,6 +118,10 @@ func (c *EngineConfig) validate() error {
 		return errors.New("duration must be positive")
 	case c.DiskLoad != nil && (c.Log != "none" || !(c.DiskLoad.Rate > 0)):
 		return errors.New("a disk load needs log none and a positive rate")
+	case c.Replicas < 0 || c.Replicas > 6:
+		return errors.New("replicas must be 0..6")
+	case c.Replicas > 0 && (c.Log != "wal" || c.Recovery || c.DiskLoad != nil):
+		return errors.New("replicas need log wal, and no recovery or disk load")
 	}
 	return nil
 }
@@ -140,6 +155,10 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	db := ld.db
 	defer func() {
+		if ld.silos != nil {
+			ld.silos.Close()
+			return
+		}
 		if db != nil {
 			db.Close()
 		}
@@ -184,6 +203,10 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 		return res, err
 	}
 	io0 := diskWriteBytes()
+	var repl0 int64
+	if ld.leader != nil {
+		repl0 = ld.leader.ProposedBytes()
+	}
 	start := time.Now()
 	syncHist := newHist()
 	// client runs transactions until stopped. A sync client waits for each
@@ -277,6 +300,11 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	h.stopped.Store(true)
 	elapsed := time.Since(start)
 	io1 := diskWriteBytes()
+	var replicated int64
+	if ld.leader != nil {
+		res.Replicas = cfg.Replicas
+		replicated = ld.leader.ProposedBytes() - repl0
+	}
 	if err := stopLoad(); err != nil {
 		fail(fmt.Errorf("disk load: %w", err))
 	}
@@ -336,6 +364,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	res.SyncTxnPerSec = float64(syncDone.Load()) / res.Seconds
 	if res.Committed > 0 {
 		res.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(res.Committed)
+		res.ReplicatedBytesPerTxn = float64(replicated) / float64(res.Committed)
 	}
 	lat := hdrhistogram.New(1, 60_000_000, 3)
 	if cfg.Log == "none" {
@@ -408,6 +437,8 @@ func engineConfig(cfg EngineConfig, dir string) engine.Config {
 type loaded struct {
 	cfg         EngineConfig
 	db          *engine.DB
+	silos       *replication.LocalSilos // with Replicas: the group db leads
+	leader      *replication.Silo
 	h           *engine.TableHandle
 	values      []engine.RawRow // a pool of rows: rows are immutable once written
 	loadSeconds float64
@@ -431,6 +462,9 @@ type keyer struct{ raw, enc []byte }
 // CPU for a million rows) slows the workers of that run alone. The caller
 // closes the engine.
 func loadEngine(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loaded, error) {
+	if cfg.Replicas > 0 {
+		return loadReplicated(ctx, cfg, ecfg)
+	}
 	db, err := engine.Open(ecfg)
 	if err != nil {
 		return nil, err
@@ -438,6 +472,29 @@ func loadEngine(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loa
 	ld := &loaded{cfg: cfg, db: db}
 	if err := ld.load(ctx); err != nil {
 		db.Close()
+		return nil, err
+	}
+	runtime.GC()
+	return ld, nil
+}
+
+// loadReplicated starts a Raft group of cfg.Replicas+1 members in the
+// engine's directory, each with ecfg's engine settings and its Raft log
+// on disk, and loads the leader.
+func loadReplicated(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loaded, error) {
+	silos, err := replication.StartLocalSilos(cfg.Replicas+1, ecfg.Dir, replication.Config{PreVote: true, CheckQuorum: true,
+		MaxUncommittedEntriesSize: 1 << 30, MaxSizePerMsg: 4 << 20, SegmentSize: 256 << 20}, ecfg)
+	if err != nil {
+		return nil, err
+	}
+	_, leader, err := silos.Leader(20 * time.Second)
+	if err != nil {
+		silos.Close()
+		return nil, err
+	}
+	ld := &loaded{cfg: cfg, db: leader.DB(), silos: silos, leader: leader}
+	if err := ld.load(ctx); err != nil {
+		silos.Close()
 		return nil, err
 	}
 	runtime.GC()

@@ -33,3 +33,16 @@ func TestRaftRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineReplicated: the engine's workload on the leader of a
+// three-member group commits, and its log is replicated.
+func TestEngineReplicated(t *testing.T) {
+	res, err := RunEngine(context.Background(), EngineConfig{Workload: "ycsb-wo", OpsPerTxn: 10, Records: 10000, KeySize: 8, ValueSize: 8,
+		Threads: 2, Log: "wal", Epoch: 5 * time.Millisecond, Duration: 500 * time.Millisecond, Replicas: 2, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Committed == 0 || res.Replicas != 2 || res.ReplicatedBytesPerTxn < 10 {
+		t.Fatalf("%+v: nothing replicated", res)
+	}
+}

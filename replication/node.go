@@ -77,6 +77,10 @@ type completion struct {
 	err   error
 }
 
+// ErrBadSnapshot is the cause of a snapshot the state machine could not
+// restore.
+var ErrBadSnapshot = errors.New("replication: the state machine refused a snapshot")
+
 // ErrStopped is the cause of every call on a node that failed (its log
 // could not be made durable) or was closed.
 var ErrStopped = errors.New("replication: node stopped")
@@ -115,9 +119,9 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
 		PreVote: cfg.PreVote, CheckQuorum: cfg.CheckQuorum, AsyncStorageWrites: true, Applied: snap.Metadata.Index,
 		Logger: &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}}
-	if n.rn, err = raft.NewRawNode(rc); err != nil {
+	if n.rn, err = newRawNode(rc); err != nil {
 		store.close()
-		return nil, fmt.Errorf("replication: %w", err)
+		return nil, err
 	}
 	last, _ := store.LastIndex()
 	if last == 0 && raft.IsEmptySnap(snap) && len(cfg.Peers) > 0 {
@@ -133,11 +137,27 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	if !raft.IsEmptySnap(snap) {
 		if err := sm.Restore(snap.Metadata.Index, snap.Data); err != nil {
 			store.close()
-			return nil, fmt.Errorf("replication: restoring the snapshot at %d: %w", snap.Metadata.Index, err)
+			return nil, fmt.Errorf("%w at %d: %w", ErrBadSnapshot, snap.Metadata.Index, err)
 		}
 		n.applied = snap.Metadata.Index
 	}
 	return n, nil
+}
+
+// newRawNode is raft.NewRawNode, with the library's panic over a log it
+// finds impossible (a configuration that is not one, say) turned into
+// ErrCorruptLog.
+func newRawNode(rc *raft.Config) (rn *raft.RawNode, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rn, err = nil, fmt.Errorf("%w: raft: %v", ErrCorruptLog, r)
+		}
+	}()
+	rn, err = raft.NewRawNode(rc)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrCorruptLog, err)
+	}
+	return rn, err
 }
 
 // SetObserver sets who hears of the node's role; call it before the
@@ -263,7 +283,7 @@ func (n *Node) appendAsync(m pb.Message) {
 	if m.Snapshot != nil {
 		// Install before the entries that follow it are applied.
 		if err := n.sm.Restore(m.Snapshot.Metadata.Index, m.Snapshot.Data); err != nil {
-			n.fail(fmt.Errorf("restoring a snapshot at %d: %w", m.Snapshot.Metadata.Index, err))
+			n.fail(fmt.Errorf("%w at %d: %w", ErrBadSnapshot, m.Snapshot.Metadata.Index, err))
 			return
 		}
 		n.applied = m.Snapshot.Metadata.Index

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kiroku-db/kiroku/engine"
 )
@@ -43,6 +44,9 @@ type Silo struct {
 	term     uint64
 	pending  []*siloProposal
 	lostCh   chan struct{}
+	// proposed counts the bytes of the engine records this member
+	// proposed (its entries' data).
+	proposed atomic.Int64
 }
 
 type siloProposal struct {
@@ -83,6 +87,10 @@ func OpenSilo(cfg SiloConfig) (*Silo, error) {
 	s.run = NewRunner(s.node)
 	return s, nil
 }
+
+// ProposedBytes is the bytes of engine records this member proposed as
+// leader: the log it replicated.
+func (s *Silo) ProposedBytes() int64 { return s.proposed.Load() }
 
 // Runner is the member's node runner (its Handler feeds the transport's
 // messages in).
@@ -244,9 +252,12 @@ func (k siloSink) Propose(recs [][]byte, done func(uint64, error)) error {
 	s.pending = append(s.pending, &siloProposal{left: len(recs), done: done})
 	s.mu.Unlock()
 	copies := make([][]byte, len(recs))
+	n := 0
 	for i, r := range recs {
 		copies[i] = slices.Clone(r) // Raft keeps them; the engine reuses its buffers
+		n += len(r)
 	}
+	s.proposed.Add(int64(n))
 	if err := s.run.Propose(context.Background(), copies...); err != nil {
 		// Dropped: no longer the leader (or stopped).
 		s.lose(term)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -160,6 +161,25 @@ func (s *logStore) replay() error {
 	})
 	if err != nil {
 		return err
+	}
+	// The entries kept must follow the snapshot (or start the log).
+	if snap != nil {
+		kept := entries[:0]
+		for _, e := range entries {
+			if e.Index > snap.Metadata.Index {
+				kept = append(kept, e)
+			}
+		}
+		entries = kept
+	}
+	if len(entries) > 0 {
+		want := uint64(1)
+		if snap != nil {
+			want = snap.Metadata.Index + 1
+		}
+		if entries[0].Index != want {
+			return fmt.Errorf("%w: the log's entries start at %d, not %d", ErrCorruptLog, entries[0].Index, want)
+		}
 	}
 	if snap != nil {
 		if err := s.MemoryStorage.ApplySnapshot(*snap); err != nil {
@@ -372,6 +392,19 @@ func (d *decoder) confState() pb.ConfState {
 		} else {
 			auto = d.b[0] == 1
 			d.b = d.b[1:]
+		}
+	}
+	// No id twice in a list, none 0, and no voter a learner too.
+	for i, l := range lists {
+		seen := map[uint64]bool{}
+		for _, id := range l {
+			if id == 0 || seen[id] {
+				d.err = fmt.Errorf("member %d twice, or 0", id)
+			}
+			seen[id] = true
+			if i == 1 && slices.Contains(lists[0], id) {
+				d.err = fmt.Errorf("member %d both voter and learner", id)
+			}
 		}
 	}
 	return pb.ConfState{Voters: lists[0], Learners: lists[1], VotersOutgoing: lists[2], LearnersNext: lists[3], AutoLeave: auto}

@@ -88,7 +88,15 @@ loading the checkpoint and replaying the run's log.`,
 				return benchInterleaved(cmd, cfg, slice, asJSON)
 			}
 			configs := []bench.EngineConfig{cfg}
-			if baseline && cfg.Log == "wal" {
+			if baseline && cfg.Replicas > 0 {
+				// The same engine with its local WAL, in the same invocation.
+				b := cfg
+				b.Replicas = 0
+				configs = append(configs, b)
+				if diskBase {
+					return fmt.Errorf("--disk-baseline does not go with --replicas")
+				}
+			} else if baseline && cfg.Log == "wal" {
 				b := cfg
 				b.Log = "none"
 				configs = append(configs, b)
@@ -102,6 +110,9 @@ loading the checkpoint and replaying the run's log.`,
 			for run := range runs {
 				for i, c := range configs {
 					name := "log=" + c.Log
+					if c.Replicas > 0 {
+						name = fmt.Sprintf("log replicated to %d followers", c.Replicas)
+					}
 					if i == 2 {
 						w := all[0][run]
 						if w.DiskWriteRate <= 0 {
@@ -140,6 +151,10 @@ loading the checkpoint and replaying the run's log.`,
 			for i, r := range medians {
 				label := r.Log
 				switch {
+				case r.Replicas > 0:
+					label = fmt.Sprintf("raft, %d followers", r.Replicas)
+				case cfg.Replicas > 0:
+					label = "wal (baseline)"
 				case i == 2:
 					label = "none + wal's disk writes"
 				case r.Log == "none":
@@ -156,6 +171,15 @@ loading the checkpoint and replaying the run's log.`,
 					fmt.Fprintf(out, "recovery: %.2f s for a checkpoint of %d rows (written in %.2f s) plus %.0f MB of log\n",
 						r.RecoverySeconds, cfg.Records, r.CheckpointSeconds, float64(r.LogBytes)/1e6)
 				}
+			}
+			if r := medians[0]; r.Replicas > 0 {
+				fmt.Fprintf(out, "replicated: %.0f bytes of engine log per transaction", r.ReplicatedBytesPerTxn)
+				if len(medians) >= 2 && medians[1].TxnPerSec > 0 {
+					fmt.Fprintf(out, "; %.1f%% of the local WAL's throughput; CPU per transaction (every member in this process) %+.1f%%",
+						100*r.TxnPerSec/medians[1].TxnPerSec, 100*(r.CPUMicros/medians[1].CPUMicros-1))
+				}
+				fmt.Fprintln(out)
+				return nil
 			}
 			if len(medians) >= 2 && medians[1].TxnPerSec > 0 {
 				fmt.Fprintf(out, "logging cost: %.1f%% of the no-log throughput; CPU per transaction %+.1f%%\n",
@@ -179,6 +203,7 @@ loading the checkpoint and replaying the run's log.`,
 	f.IntVar(&cfg.SyncClients, "sync-clients", 0, "clients waiting for durability after each transaction")
 	f.StringVar(&cfg.Log, "log", "wal", "wal or none")
 	f.DurationVar(&cfg.Epoch, "epoch", 40*time.Millisecond, "epoch interval")
+	f.IntVar(&cfg.Replicas, "replicas", 0, "replicate the log through a Raft group with this many followers in this process (seed 002); 0: the local WAL")
 	f.IntVar(&cfg.RoundsInFlight, "rounds-in-flight", 0, "log rounds a logger may have proposed and not yet durable (default: the engine's, 1)")
 	f.IntVar(&cfg.LogBuffer, "log-buffer", 0, "bytes at which a worker hands its log buffer to the logger (default: the engine's, 512 KiB)")
 	f.DurationVar(&cfg.Duration, "duration", 20*time.Second, "measured time per run")
