@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -64,7 +65,12 @@ type Node struct {
 	settled  *sync.Cond
 	wake     chan struct{}
 
-	obs       Observer
+	obs Observer
+	// reads are the ReadIndex requests waiting: by request context until
+	// the leader confirms an index, then (ready) until it is applied.
+	reads     map[string]func(uint64, error)
+	readReady []readWait
+	readSeq   uint64
 	failed    error
 	applied   uint64
 	confState pb.ConfState // as of applied
@@ -237,6 +243,12 @@ func (n *Node) Process() (err error) {
 	n.deliverDone()
 	for n.failed == nil && n.rn.HasReady() {
 		rd := n.rn.Ready()
+		for _, rs := range rd.ReadStates {
+			if fn := n.reads[string(rs.RequestCtx)]; fn != nil {
+				delete(n.reads, string(rs.RequestCtx))
+				n.readReady = append(n.readReady, readWait{rs.Index, fn})
+			}
+		}
 		changed := false
 		if rd.SoftState != nil {
 			if rd.SoftState.Lead != n.soft.Lead || rd.SoftState.RaftState != n.soft.RaftState {
@@ -269,6 +281,7 @@ func (n *Node) Process() (err error) {
 		for _, m := range local {
 			n.deliver(m)
 		}
+		n.serveReads()
 	}
 	return n.failed
 }
@@ -336,6 +349,62 @@ func (n *Node) appendOne(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState
 		n.deliverDone()
 	}
 }
+
+type readWait struct {
+	index uint64
+	fn    func(uint64, error)
+}
+
+// ReadIndex asks the leader for an index that a linearizable read must
+// see (raft's ReadIndex: a round of heartbeats, no log write); fn is
+// called on the driving goroutine once this node applied it, with the
+// index, or with an error if the node stops first. A request the leader
+// never confirms (no leader, a lost message) is never called: the caller
+// bounds its wait.
+func (n *Node) ReadIndex(fn func(index uint64, err error)) {
+	if n.failed != nil {
+		fn(0, n.failed)
+		return
+	}
+	if n.reads == nil {
+		n.reads = map[string]func(uint64, error){}
+	}
+	n.readSeq++
+	ctx := binary.AppendUvarint([]byte("r"), n.readSeq)
+	n.reads[string(ctx)] = fn
+	defer n.catch()
+	n.rn.ReadIndex(ctx)
+}
+
+// serveReads calls the reads whose index is applied.
+func (n *Node) serveReads() {
+	kept := n.readReady[:0]
+	for _, r := range n.readReady {
+		if r.index <= n.applied {
+			r.fn(r.index, nil)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	n.readReady = kept
+}
+
+// TransferLeader asks the leader to hand its office to node to.
+func (n *Node) TransferLeader(to uint64) { n.rn.TransferLeader(to) }
+
+// ProposeConfChange proposes a membership change: adding a learner, a
+// voter (or promoting a learner), removing a node. It takes effect when
+// committed and applied.
+func (n *Node) ProposeConfChange(cc pb.ConfChange) error {
+	if n.failed != nil {
+		return n.failed
+	}
+	defer n.catch()
+	return n.rn.ProposeConfChange(cc)
+}
+
+// ConfState is the membership as of the last entry applied.
+func (n *Node) ConfState() pb.ConfState { return n.confState }
 
 // deliverDone delivers the responses of the appends made durable since
 // the last call, in order, and reports whether there were any.
@@ -435,6 +504,13 @@ func (n *Node) fail(err error) {
 	}
 	n.failed = fmt.Errorf("%w: node %d: %w", ErrStopped, n.cfg.ID, err)
 	n.cfg.Logf("replication: %v", n.failed)
+	for _, r := range n.readReady {
+		r.fn(0, n.failed)
+	}
+	for _, fn := range n.reads {
+		fn(0, n.failed)
+	}
+	n.readReady, n.reads = nil, nil
 }
 
 // WaitAppends waits until every append handed to the log is durable (or

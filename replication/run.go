@@ -119,6 +119,30 @@ func (r *Runner) Propose(ctx context.Context, data ...[]byte) error {
 	return err
 }
 
+// ReadIndex returns an index a linearizable read must see, once this
+// node has applied it: a read of the state machine after it sees every
+// write committed before ReadIndex was called.
+func (r *Runner) ReadIndex(ctx context.Context) (uint64, error) {
+	type result struct {
+		index uint64
+		err   error
+	}
+	ch := make(chan result, 1)
+	if err := r.Do(ctx, func(n *Node) {
+		n.ReadIndex(func(i uint64, err error) { ch <- result{i, err} })
+	}); err != nil {
+		return 0, err
+	}
+	select {
+	case res := <-ch:
+		return res.index, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-r.done:
+		return 0, r.stopped()
+	}
+}
+
 // Status is the node's status, read on the loop.
 func (r *Runner) Status(ctx context.Context) (Status, error) {
 	var st Status

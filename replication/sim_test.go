@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/kiroku-db/kiroku/transport"
 	"github.com/kiroku-db/kiroku/transport/memnet"
@@ -57,11 +58,12 @@ func (s *kv) snapshot() []byte {
 
 // simNode is one member: its filesystem outlives its crashes.
 type simNode struct {
-	id   uint64
-	fs   *vfs.MemFS
-	node *Node
-	sm   *kv
-	ep   *memnet.Endpoint
+	id    uint64
+	peers []uint64 // its initial peers: nil for a node that joins later
+	fs    *vfs.MemFS
+	node  *Node
+	sm    *kv
+	ep    *memnet.Endpoint
 }
 
 // Receive, Serve, ReceiveStream: the node's transport handler.
@@ -107,7 +109,7 @@ func newSim(t *testing.T, seed uint64, nodes int, policy wal.Policy) *sim {
 		s.peers = append(s.peers, uint64(i+1))
 	}
 	for _, id := range s.peers {
-		sn := &simNode{id: id, fs: vfs.NewCrashableMem()}
+		sn := &simNode{id: id, fs: vfs.NewCrashableMem(), peers: s.peers}
 		s.nodes = append(s.nodes, sn)
 		s.start(sn)
 	}
@@ -116,7 +118,7 @@ func newSim(t *testing.T, seed uint64, nodes int, policy wal.Policy) *sim {
 
 func (s *sim) start(sn *simNode) {
 	sn.sm = &kv{}
-	n, err := Open(Config{ID: sn.id, Peers: s.peers, Dir: "/n", FS: sn.fs, Clock: s.net.Clock(), PreVote: true, CheckQuorum: true,
+	n, err := Open(Config{ID: sn.id, Peers: sn.peers, Dir: "/n", FS: sn.fs, Clock: s.net.Clock(), PreVote: true, CheckQuorum: true,
 		ElectionTicks: 10, HeartbeatTicks: 1, SegmentSize: 1 << 20, Sync: s.policy}, sn.sm)
 	if err != nil {
 		s.fatalf("node %d: %v", sn.id, err)
@@ -249,10 +251,13 @@ func (s *sim) run(steps int, faults, propose bool) {
 }
 
 // check: committed entries are the same on every node that has them,
-// and every acknowledged write is on every node.
-func (s *sim) check() {
+// and every acknowledged write is on every node (but those skipped).
+func (s *sim) check(skip ...uint64) {
 	byIndex := map[uint64]string{}
 	for _, sn := range s.nodes {
+		if slices.Contains(skip, sn.id) {
+			continue
+		}
 		have := map[string]bool{}
 		for _, e := range sn.sm.applied {
 			if d, ok := byIndex[e.Index]; ok && d != e.Data {
@@ -377,4 +382,73 @@ func TestSimulationCatchesUnsyncedAcks(t *testing.T) {
 	if caught == 0 {
 		t.Fatal("no run over an unsynced log failed: the simulation cannot see lost acknowledgements")
 	}
+}
+
+func (s *sim) leader() *simNode {
+	for _, sn := range s.nodes {
+		if sn.node != nil && sn.node.Status().State == raft.StateLeader {
+			return sn
+		}
+	}
+	s.fatalf("no leader")
+	return nil
+}
+
+// TestSimulatedMembership: a node joins as a learner and is promoted to
+// voter, leadership is handed to it, a founding node is removed, and a
+// follower's linearizable read (ReadIndex) sees every write acknowledged
+// before it; writes go on throughout and every one acknowledged is on
+// every member.
+func TestSimulatedMembership(t *testing.T) {
+	s := newSim(t, 7, 3, wal.BatchPolicy())
+	defer s.close()
+	s.run(300, false, true)
+	joiner := &simNode{id: 4, fs: vfs.NewCrashableMem()}
+	s.nodes = append(s.nodes, joiner)
+	s.start(joiner)
+	change := func(typ pb.ConfChangeType, id uint64) {
+		t.Helper()
+		if err := s.leader().node.ProposeConfChange(pb.ConfChange{Type: typ, NodeID: id}); err != nil {
+			t.Fatal(err)
+		}
+		s.run(200, false, true)
+	}
+	change(pb.ConfChangeAddLearnerNode, 4)
+	if cs := s.leader().node.ConfState(); !slices.Contains(cs.Learners, 4) {
+		t.Fatalf("node 4 is not a learner: %+v", cs)
+	}
+	change(pb.ConfChangeAddNode, 4)
+	if cs := s.leader().node.ConfState(); !slices.Contains(cs.Voters, 4) || len(cs.Learners) != 0 {
+		t.Fatalf("node 4 is not a voter: %+v", cs)
+	}
+	s.leader().node.TransferLeader(4)
+	s.run(200, false, true)
+	if l := s.leader(); l.id != 4 {
+		t.Fatalf("node %d leads after the transfer to 4", l.id)
+	}
+	change(pb.ConfChangeRemoveNode, 1)
+	if cs := s.leader().node.ConfState(); slices.Contains(cs.Voters, 1) {
+		t.Fatalf("node 1 is still a voter: %+v", cs)
+	}
+	// A read on a follower after these writes sees them.
+	var lastAcked uint64
+	for _, e := range s.leader().sm.applied {
+		if s.acked[e.Data] {
+			lastAcked = max(lastAcked, e.Index)
+		}
+	}
+	var readAt uint64
+	var readErr error
+	follower := s.nodes[1] // node 2
+	follower.node.ReadIndex(func(i uint64, err error) { readAt, readErr = i, err })
+	s.run(50, false, false)
+	if readErr != nil || readAt < lastAcked {
+		t.Fatalf("ReadIndex on node 2: %d, %v; the last acknowledged write is at %d", readAt, readErr, lastAcked)
+	}
+	if st := follower.node.Status(); st.Applied < readAt {
+		t.Fatalf("the read was served at %d with %d applied", readAt, st.Applied)
+	}
+	s.run(200, false, true)
+	s.run(100, false, false)
+	s.check(1)
 }
