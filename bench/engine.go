@@ -44,6 +44,9 @@ type EngineConfig struct {
 	// 002): the workload runs on the leader, and the followers apply the
 	// log (hot standby). 0 is the engine with its local WAL.
 	Replicas int
+	// PersistOnly, with Replicas, has the followers keep the log without
+	// applying it (seed 002's setting) instead of hot standbys.
+	PersistOnly bool
 	// CheckpointLogSize is engine.Config.CheckpointLogSize; 0 keeps the
 	// engine's default (tests make it small).
 	CheckpointLogSize int64
@@ -482,8 +485,8 @@ func loadEngine(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loa
 // engine's directory, each with ecfg's engine settings and its Raft log
 // on disk, and loads the leader.
 func loadReplicated(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (*loaded, error) {
-	silos, err := replication.StartLocalSilos(cfg.Replicas+1, ecfg.Dir, replication.Config{PreVote: true, CheckQuorum: true,
-		MaxUncommittedEntriesSize: 1 << 30, MaxSizePerMsg: 4 << 20, SegmentSize: 256 << 20}, ecfg)
+	silos, err := replication.StartLocalSilosWith(cfg.Replicas+1, ecfg.Dir, replication.SiloConfig{Node: replication.Config{PreVote: true, CheckQuorum: true,
+		MaxUncommittedEntriesSize: 1 << 30, MaxSizePerMsg: 4 << 20, SegmentSize: 256 << 20}, Engine: ecfg, PersistOnly: cfg.PersistOnly})
 	if err != nil {
 		return nil, err
 	}

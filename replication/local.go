@@ -19,13 +19,14 @@ import (
 // each with its own directory under Dir, its own gRPC server and
 // transport on loopback: for tests and benchmarks on one machine.
 type LocalSilos struct {
-	dir     string
-	node    Config
-	eng     engine.Config
-	peers   []uint64
-	addrs   map[transport.NodeID]string
-	mu      sync.Mutex
-	members map[uint64]*localSilo
+	dir         string
+	node        Config
+	eng         engine.Config
+	persistOnly bool
+	peers       []uint64
+	addrs       map[transport.NodeID]string
+	mu          sync.Mutex
+	members     map[uint64]*localSilo
 }
 
 type localSilo struct {
@@ -37,7 +38,14 @@ type localSilo struct {
 // StartLocalSilos starts n members in dir. node and eng are each member's
 // configuration; their ids, peers and directories are filled in.
 func StartLocalSilos(n int, dir string, node Config, eng engine.Config) (*LocalSilos, error) {
-	c := &LocalSilos{dir: dir, node: node, eng: eng, addrs: map[transport.NodeID]string{}, members: map[uint64]*localSilo{}}
+	return StartLocalSilosWith(n, dir, SiloConfig{Node: node, Engine: eng})
+}
+
+// StartLocalSilosWith is StartLocalSilos with every member's whole
+// configuration (ids, peers and directories are filled in).
+func StartLocalSilosWith(n int, dir string, cfg SiloConfig) (*LocalSilos, error) {
+	node, eng := cfg.Node, cfg.Engine
+	c := &LocalSilos{dir: dir, node: node, eng: eng, persistOnly: cfg.PersistOnly, addrs: map[transport.NodeID]string{}, members: map[uint64]*localSilo{}}
 	for i := range n {
 		id := uint64(i + 1)
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,7 +77,7 @@ func (c *LocalSilos) Start(id uint64) error {
 		nc.ClusterID = "local"
 	}
 	ec.Dir = filepath.Join(dir, "engine")
-	s, err := OpenSilo(SiloConfig{Node: nc, Engine: ec})
+	s, err := OpenSilo(SiloConfig{Node: nc, Engine: ec, PersistOnly: c.persistOnly})
 	if err != nil {
 		return fmt.Errorf("member %d: %w", id, err)
 	}

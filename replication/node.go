@@ -65,7 +65,9 @@ type Node struct {
 	settled  *sync.Cond
 	wake     chan struct{}
 
-	obs Observer
+	obs      Observer
+	applier  func(applyJob) // setApplier; nil applies on the driving goroutine
+	applying int            // jobs handed to the applier and not yet finished
 	// reads are the ReadIndex requests waiting: by request context until
 	// the leader confirms an index, then (ready) until it is applied.
 	reads     map[string]func(uint64, error)
@@ -294,13 +296,15 @@ func (n *Node) appendAsync(m pb.Message) {
 		hs = &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 	}
 	if m.Snapshot != nil {
-		// Install before the entries that follow it are applied.
-		if err := n.sm.Restore(m.Snapshot.Metadata.Index, m.Snapshot.Data); err != nil {
-			n.fail(fmt.Errorf("%w at %d: %w", ErrBadSnapshot, m.Snapshot.Metadata.Index, err))
+		// Install before the entries that follow it are applied: on the
+		// applier, after what it has queued, if there is one.
+		job := applyJob{snap: m.Snapshot}
+		if n.applier != nil {
+			n.applying++
+			n.applier(job)
+		} else if n.finishApply(n.applyEntries(job)); n.failed != nil {
 			return
 		}
-		n.applied = m.Snapshot.Metadata.Index
-		n.confState = m.Snapshot.Metadata.ConfState
 	}
 	resps := m.Responses
 	entries := m.Entries
@@ -427,21 +431,73 @@ func (n *Node) deliverDone() bool {
 	return len(q) > 0
 }
 
-// apply applies a MsgStorageApply's committed entries and returns its
-// responses.
+// applyJob is one MsgStorageApply: its entries from index from on, and
+// leaderTerm, the term this node led when it was handed out (0 if it did
+// not lead), which decides whether an empty entry is its own first of
+// the term.
+type applyJob struct {
+	snap       *pb.Snapshot // a snapshot to restore, instead of m's entries
+	m          pb.Message
+	from       uint64
+	leaderTerm uint64
+}
+
+// applied is what applying a job did: the conf changes, to apply on the
+// driving goroutine, the last index applied, and the error that stopped
+// it.
+type appliedJob struct {
+	job  applyJob
+	ccs  []pb.ConfChangeI
+	last uint64
+	err  error
+}
+
+// apply applies a MsgStorageApply's committed entries, on this goroutine
+// or (SetApplier) on the applier's, and returns the responses to deliver
+// now: none if the applier has the job.
 func (n *Node) apply(m pb.Message) []pb.Message {
-	for _, e := range m.Entries {
-		if e.Index <= n.applied {
+	job := applyJob{m: m, from: n.applied}
+	if n.soft.RaftState == raft.StateLeader {
+		job.leaderTerm = n.term
+	}
+	if n.applier != nil {
+		n.applying++
+		n.applier(job)
+		return nil
+	}
+	res := n.applyEntries(job)
+	n.finishApply(res)
+	if n.failed != nil {
+		return nil
+	}
+	return m.Responses
+}
+
+// applyEntries applies a job's entries to the state machine. It touches
+// nothing of the node's but the state machine and the observer's
+// LeaderReady, so it may run beside the driving goroutine.
+func (n *Node) applyEntries(job applyJob) appliedJob {
+	res := appliedJob{job: job, last: job.from}
+	if s := job.snap; s != nil {
+		if err := n.sm.Restore(s.Metadata.Index, s.Data); err != nil {
+			res.err = fmt.Errorf("%w at %d: %w", ErrBadSnapshot, s.Metadata.Index, err)
+			return res
+		}
+		res.last = s.Metadata.Index
+		return res
+	}
+	for _, e := range job.m.Entries {
+		if e.Index <= job.from {
 			continue // in the snapshot restored
 		}
 		switch e.Type {
 		case pb.EntryNormal:
 			if len(e.Data) > 0 {
 				if err := n.sm.Apply(e.Index, e.Data); err != nil {
-					n.fail(fmt.Errorf("applying entry %d: %w", e.Index, err))
-					return nil
+					res.err = fmt.Errorf("applying entry %d: %w", e.Index, err)
+					return res
 				}
-			} else if e.Term == n.term && n.soft.RaftState == raft.StateLeader && n.obs != nil {
+			} else if e.Term == job.leaderTerm && n.obs != nil {
 				// A new leader's empty entry: everything before it is
 				// committed, and now applied.
 				n.obs.LeaderReady(e.Term)
@@ -449,22 +505,62 @@ func (n *Node) apply(m pb.Message) []pb.Message {
 		case pb.EntryConfChange:
 			var cc pb.ConfChange
 			if err := cc.Unmarshal(e.Data); err != nil {
-				n.fail(fmt.Errorf("entry %d: %w", e.Index, err))
-				return nil
+				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
+				return res
 			}
-			n.confState = *n.rn.ApplyConfChange(cc)
+			res.ccs = append(res.ccs, cc)
 		case pb.EntryConfChangeV2:
 			var cc pb.ConfChangeV2
 			if err := cc.Unmarshal(e.Data); err != nil {
-				n.fail(fmt.Errorf("entry %d: %w", e.Index, err))
-				return nil
+				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
+				return res
 			}
-			n.confState = *n.rn.ApplyConfChange(cc)
+			res.ccs = append(res.ccs, cc)
 		}
-		n.applied = e.Index
+		res.last = e.Index
 	}
-	return m.Responses
+	return res
 }
+
+// finishApply records an applied job on the driving goroutine: its conf
+// changes take effect and its index counts as applied.
+func (n *Node) finishApply(res appliedJob) {
+	if s := res.job.snap; s != nil && res.err == nil {
+		n.confState = s.Metadata.ConfState
+		n.applied = s.Metadata.Index
+	}
+	for _, cc := range res.ccs {
+		n.confState = *n.rn.ApplyConfChange(cc)
+	}
+	n.applied = max(n.applied, res.last)
+	if res.err != nil {
+		n.fail(res.err)
+	}
+}
+
+// finishJob records a job the applier finished (setApplier), and
+// delivers its responses. Call it on the driving goroutine, in the order
+// the jobs were handed out.
+func (n *Node) finishJob(res appliedJob) {
+	defer n.catch()
+	n.applying--
+	n.finishApply(res)
+	if n.failed != nil {
+		return
+	}
+	for _, m := range res.job.m.Responses {
+		n.deliver(m)
+	}
+	n.serveReads()
+}
+
+// setApplier makes the node hand its committed entries to fn instead of
+// applying them itself: fn runs them (applyEntries) on a goroutine of its
+// own, in order, and hands each result back through finishJob. The driving
+// goroutine then stays free for messages and ticks while a large batch
+// is applied (with CheckQuorum, a leader whose followers stop answering
+// for an election timeout steps down). Call it before the node is driven.
+func (n *Node) setApplier(fn func(applyJob)) { n.applier = fn }
 
 // deliver steps a response meant for this node, and sends the others.
 func (n *Node) deliver(m pb.Message) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kiroku-db/kiroku/transport"
 )
@@ -16,12 +17,19 @@ import (
 type Runner struct {
 	n     *Node
 	inbox chan [][]byte
-	calls chan func()
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	mu    sync.Mutex
-	err   error
+	// Committed entries are applied on a goroutine of their own (apply),
+	// fed in order through jobs; results come back through applied.
+	jobs      chan applyJob
+	applied   chan appliedJob
+	applyDone chan struct{}
+	stopping  atomic.Bool
+	calls     chan func()
+	stop      chan struct{}
+	done      chan struct{}
+	failed    chan struct{} // closed when the node stops on an error (Err)
+	once      sync.Once
+	mu        sync.Mutex
+	err       error
 }
 
 // inboxBatches bounds the batches of messages waiting for the loop; past
@@ -32,12 +40,34 @@ const inboxBatches = 4096
 // NewRunner readies a runner for n; Handler is then what n's transport
 // delivers to, and Start starts the loop.
 func NewRunner(n *Node) *Runner {
-	return &Runner{n: n, inbox: make(chan [][]byte, inboxBatches), calls: make(chan func()),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Runner{n: n, inbox: make(chan [][]byte, inboxBatches), calls: make(chan func()),
+		stop: make(chan struct{}), done: make(chan struct{}), failed: make(chan struct{}),
+		jobs: make(chan applyJob, applyJobs), applied: make(chan appliedJob, applyJobs), applyDone: make(chan struct{})}
+	n.setApplier(func(j applyJob) { r.jobs <- j })
+	return r
 }
 
-// Start starts the loop.
-func (r *Runner) Start() { go r.loop() }
+// applyJobs bounds the apply jobs queued; Raft bounds the entries being
+// applied at once (MaxCommittedSizePerReady), so a full queue is rare and
+// only slows the loop.
+const applyJobs = 1024
+
+// Start starts the loop and the applier.
+func (r *Runner) Start() {
+	go r.apply()
+	go r.loop()
+}
+
+// apply applies the jobs in order, beside the loop.
+func (r *Runner) apply() {
+	defer close(r.applyDone)
+	for j := range r.jobs {
+		if r.stopping.Load() {
+			continue
+		}
+		r.applied <- r.n.applyEntries(j)
+	}
+}
 
 func (r *Runner) loop() {
 	defer close(r.done)
@@ -55,6 +85,8 @@ func (r *Runner) loop() {
 			}
 		case f := <-r.calls:
 			f()
+		case res := <-r.applied:
+			r.n.finishJob(res)
 		case <-r.n.Woken():
 		}
 		r.drain()
@@ -62,6 +94,7 @@ func (r *Runner) loop() {
 			r.mu.Lock()
 			r.err = err
 			r.mu.Unlock()
+			close(r.failed)
 			<-r.stop // a stopped node does nothing more
 			return
 		}
@@ -150,6 +183,9 @@ func (r *Runner) Status(ctx context.Context) (Status, error) {
 	return st, err
 }
 
+// Failed is closed when the node stops on an error: Err says which.
+func (r *Runner) Failed() <-chan struct{} { return r.failed }
+
 // Err is the error that stopped the node, or nil.
 func (r *Runner) Err() error {
 	r.mu.Lock()
@@ -164,9 +200,23 @@ func (r *Runner) stopped() error {
 	return ErrStopped
 }
 
-// Stop ends the loop and waits for it. It does not close the node.
+// Stop ends the loop and the applier and waits for them. It does not
+// close the node.
 func (r *Runner) Stop() {
-	r.once.Do(func() { close(r.stop) })
+	r.once.Do(func() {
+		r.stopping.Store(true)
+		close(r.stop)
+		// The applier may be waiting to hand back a result the stopped
+		// loop no longer takes.
+		go func() {
+			for range r.applied {
+			}
+		}()
+		<-r.done
+		close(r.jobs)
+		<-r.applyDone
+		close(r.applied)
+	})
 	<-r.done
 }
 

@@ -46,7 +46,9 @@ type Silo struct {
 	lostCh   chan struct{}
 	// proposed counts the bytes of the engine records this member
 	// proposed (its entries' data).
-	proposed atomic.Int64
+	proposed    atomic.Int64
+	persistOnly bool
+	skipped     atomic.Bool // a persist-only member left a record unapplied
 }
 
 type siloProposal struct {
@@ -58,33 +60,53 @@ type siloProposal struct {
 type SiloConfig struct {
 	Node   Config
 	Engine engine.Config // Follow is set; OpenSink is not used
+	// PersistOnly makes a follower keep the log without applying it to
+	// its engine: seed 002's setting, where followers only persist. Such
+	// a member cannot take over (it stops when elected); for measuring
+	// what replication costs apart from the standby's work.
+	PersistOnly bool
 }
 
-// maxSiloRecord bounds an engine log record, so one entry fits in a
-// message of the default MaxSizePerMsg with room to spare.
-const maxSiloRecord = 512 << 10
+// maxSiloRecord bounds an engine log record, and with it (less 64
+// bytes) the largest row: above the storage API's 1 MiB row limit. An
+// append message holds up to MaxSizePerMsg of entries plus one, so the
+// transport must carry messages of MaxSizePerMsg plus this (LocalSilos
+// sets grpcnet's BatchBytes to 4 MiB).
+const maxSiloRecord = 2 << 20
 
 // OpenSilo opens a member: its Raft node (Config.Dir) and a follower
 // engine (Engine.Dir). Start it with Start once its transport is set
 // (Runner().Handler() is what the transport delivers to).
 func OpenSilo(cfg SiloConfig) (*Silo, error) {
+	if seg := cfg.Node.SegmentSize; seg != 0 && seg < 4*maxSiloRecord {
+		return nil, fmt.Errorf("%w: a replicated engine needs raft log segments of at least %d bytes, not %d", ErrConfig, 4*maxSiloRecord, seg)
+	}
 	ec := cfg.Engine
 	ec.Follow = true
-	ec.LogBufferSize = min(max(ec.LogBufferSize, 0), maxSiloRecord/2)
-	if ec.LogBufferSize == 0 {
-		ec.LogBufferSize = maxSiloRecord / 2
-	}
+	ec.LogBufferSize = min(max(ec.LogBufferSize, 0), maxSiloRecord/4)
 	db, err := engine.Open(ec)
 	if err != nil {
 		return nil, err
 	}
-	s := &Silo{db: db, lostCh: make(chan struct{})}
+	s := &Silo{db: db, lostCh: make(chan struct{}), persistOnly: cfg.PersistOnly}
 	if s.node, err = Open(cfg.Node, s); err != nil {
 		db.Close()
 		return nil, err
 	}
 	s.node.SetObserver(s)
 	s.run = NewRunner(s.node)
+	// A node that stops on an error (its log could not be made durable)
+	// takes the member with it: what was in flight fails.
+	go func() {
+		select {
+		case <-s.run.Failed():
+			s.mu.Lock()
+			term := s.term
+			s.mu.Unlock()
+			s.lose(term)
+		case <-s.lostCh:
+		}
+	}()
 	return s, nil
 }
 
@@ -140,6 +162,10 @@ func (s *Silo) Apply(index uint64, data []byte) error {
 	s.mu.Lock()
 	if !s.leading {
 		s.mu.Unlock()
+		if s.persistOnly {
+			s.skipped.Store(true)
+			return nil
+		}
 		return s.db.Apply(index, data)
 	}
 	if len(s.pending) == 0 {
@@ -187,6 +213,12 @@ func (s *Silo) LeaderReady(term uint64) {
 	s.mu.Lock()
 	if s.leading || s.lost != nil {
 		s.mu.Unlock()
+		return
+	}
+	if s.skipped.Load() {
+		// Its engine never applied the log: it cannot lead it.
+		s.mu.Unlock()
+		s.lose(term)
 		return
 	}
 	s.leading, s.term = true, term

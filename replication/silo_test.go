@@ -21,7 +21,7 @@ var siloTable = &storage.Table{Namespace: "s", Name: "kv", PartitionKey: []stora
 // the stopped one is back and has caught up.
 func TestSiloFailover(t *testing.T) {
 	ctx := context.Background()
-	c, err := StartLocalSilos(3, t.TempDir(), Config{TickInterval: 20 * time.Millisecond, PreVote: true, CheckQuorum: true, SegmentSize: 4 << 20},
+	c, err := StartLocalSilos(3, t.TempDir(), Config{TickInterval: 20 * time.Millisecond, PreVote: true, CheckQuorum: true, SegmentSize: 8 << 20},
 		engine.Config{EpochInterval: 5 * time.Millisecond, CheckpointInterval: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -151,8 +151,10 @@ loading the checkpoint and replaying the run's log.`,
 			for i, r := range medians {
 				label := r.Log
 				switch {
+				case r.Replicas > 0 && cfg.PersistOnly:
+					label = fmt.Sprintf("raft, %d followers persisting", r.Replicas)
 				case r.Replicas > 0:
-					label = fmt.Sprintf("raft, %d followers", r.Replicas)
+					label = fmt.Sprintf("raft, %d followers applying", r.Replicas)
 				case cfg.Replicas > 0:
 					label = "wal (baseline)"
 				case i == 2:
@@ -203,6 +205,7 @@ loading the checkpoint and replaying the run's log.`,
 	f.IntVar(&cfg.SyncClients, "sync-clients", 0, "clients waiting for durability after each transaction")
 	f.StringVar(&cfg.Log, "log", "wal", "wal or none")
 	f.DurationVar(&cfg.Epoch, "epoch", 40*time.Millisecond, "epoch interval")
+	f.BoolVar(&cfg.PersistOnly, "persist-only", false, "with --replicas: followers keep the log without applying it (seed 002's setting), not hot standbys")
 	f.IntVar(&cfg.Replicas, "replicas", 0, "replicate the log through a Raft group with this many followers in this process (seed 002); 0: the local WAL")
 	f.IntVar(&cfg.RoundsInFlight, "rounds-in-flight", 0, "log rounds a logger may have proposed and not yet durable (default: the engine's, 1)")
 	f.IntVar(&cfg.LogBuffer, "log-buffer", 0, "bytes at which a worker hands its log buffer to the logger (default: the engine's, 512 KiB)")
