@@ -132,8 +132,9 @@ func (s *Silo) Leading() bool {
 	return s.promoted && s.lost == nil
 }
 
-// Lost is closed when the member's engine lost the leadership it held:
-// the owner closes the member and opens it again.
+// Lost is closed when the member's engine lost the leadership it held,
+// or its node stopped, or it was closed: the owner closes the member and
+// opens it again.
 func (s *Silo) Lost() <-chan struct{} { return s.lostCh }
 
 // Start starts the node's loop.
@@ -144,6 +145,7 @@ func (s *Silo) Close() error {
 	s.mu.Lock()
 	if s.lost == nil {
 		s.lost = errors.New("replication: member closed")
+		close(s.lostCh) // (ends the watch on the node's failure)
 	}
 	s.mu.Unlock()
 	s.run.Stop()
