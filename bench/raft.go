@@ -168,64 +168,95 @@ func (s *raftKV) forget(id uint64) {
 }
 
 type raftBenchNode struct {
-	n   *replication.Node
-	run *replication.Runner
-	kv  *raftKV
-	tr  *grpcnet.Transport
-	srv *grpc.Server
+	n    *replication.Node
+	run  *replication.Runner
+	kv   *raftKV
+	tr   *grpcnet.Transport
+	srv  *grpc.Server
+	dead bool
 }
 
-func runRaftPoint(ctx context.Context, cfg RaftConfig, pol string, clients, valueSize int) (RaftPoint, error) {
-	policy, _ := ParseRaftPolicy(pol, cfg.MaxWait)
-	pt := RaftPoint{Policy: pol, Unsafe: policy.Unsafe, Clients: clients, ValueSize: valueSize}
-	dir, err := os.MkdirTemp(cfg.Dir, "kiroku-bench-raft-")
+// raftCluster is a group of benchmark nodes in this process.
+type raftCluster struct {
+	dir   string
+	nodes []*raftBenchNode
+}
+
+// startRaftCluster starts nodes nodes in a fresh directory under parent,
+// each with its log under policy.
+func startRaftCluster(parent string, nodes int, policy RaftPolicy) (*raftCluster, error) {
+	dir, err := os.MkdirTemp(parent, "kiroku-bench-raft-")
 	if err != nil {
-		return pt, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	c := &raftCluster{dir: dir}
 	addrs := map[transport.NodeID]string{}
 	var peers []uint64
 	var lis []net.Listener
-	for i := range cfg.Nodes {
+	for i := range nodes {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return pt, err
+			c.close()
+			return nil, err
 		}
 		lis = append(lis, l)
 		addrs[transport.NodeID(i+1)] = l.Addr().String()
 		peers = append(peers, uint64(i+1))
 	}
-	var nodes []*raftBenchNode
-	defer func() {
-		for _, b := range nodes {
-			b.run.Stop()
-			b.srv.Stop()
-			b.tr.Close()
-			b.n.Close()
-		}
-	}()
 	for i, id := range peers {
 		kv := &raftKV{waiters: map[uint64]chan struct{}{}}
 		n, err := replication.Open(replication.Config{ID: id, ClusterID: "bench", Peers: peers, Dir: filepath.Join(dir, fmt.Sprint(id)),
 			PreVote: true, CheckQuorum: true, Sync: policy.Log, SerialAppends: policy.Serial, SyncEachEntry: policy.EachEntry, MaxUncommittedEntriesSize: 1 << 30,
 			MaxSizePerMsg: 4 << 20, SegmentSize: 256 << 20}, kv)
 		if err != nil {
-			return pt, err
+			c.close()
+			return nil, err
 		}
 		run := replication.NewRunner(n)
 		tr, err := grpcnet.New(grpcnet.Config{NodeID: transport.NodeID(id), ClusterID: "bench", Peers: addrs,
 			QueueBytes: 256 << 20, BatchBytes: 4 << 20}, run.Handler())
 		if err != nil {
 			n.Close()
-			return pt, err
+			c.close()
+			return nil, err
 		}
 		n.SetTransport(tr)
 		srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
 		tr.Register(srv)
 		go srv.Serve(lis[i])
 		run.Start()
-		nodes = append(nodes, &raftBenchNode{n: n, run: run, kv: kv, tr: tr, srv: srv})
+		c.nodes = append(c.nodes, &raftBenchNode{n: n, run: run, kv: kv, tr: tr, srv: srv})
 	}
+	return c, nil
+}
+
+// kill stops a node as a crash would look to its peers.
+func (b *raftBenchNode) kill() {
+	b.run.Stop()
+	b.srv.Stop()
+	b.tr.Close()
+	b.n.Close()
+	b.dead = true
+}
+
+func (c *raftCluster) close() {
+	for _, b := range c.nodes {
+		if !b.dead {
+			b.kill()
+		}
+	}
+	os.RemoveAll(c.dir)
+}
+
+func runRaftPoint(ctx context.Context, cfg RaftConfig, pol string, clients, valueSize int) (RaftPoint, error) {
+	policy, _ := ParseRaftPolicy(pol, cfg.MaxWait)
+	pt := RaftPoint{Policy: pol, Unsafe: policy.Unsafe, Clients: clients, ValueSize: valueSize}
+	c, err := startRaftCluster(cfg.Dir, cfg.Nodes, policy)
+	if err != nil {
+		return pt, err
+	}
+	defer c.close()
+	nodes := c.nodes
 	leader, err := raftLeader(ctx, nodes, 10*time.Second)
 	if err != nil {
 		return pt, err
@@ -317,6 +348,9 @@ func runRaftPoint(ctx context.Context, cfg RaftConfig, pol string, clients, valu
 func raftLeader(ctx context.Context, nodes []*raftBenchNode, within time.Duration) (*raftBenchNode, error) {
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for _, b := range nodes {
+			if b.dead {
+				continue
+			}
 			st, err := b.run.Status(ctx)
 			if err != nil {
 				return nil, err
@@ -327,4 +361,65 @@ func raftLeader(ctx context.Context, nodes []*raftBenchNode, within time.Duratio
 		}
 	}
 	return nil, errors.New("bench: no leader elected")
+}
+
+// RaftFailover measures failover: with clients putting through the leader
+// of a group under the batch policy and the default election settings
+// (100 ms ticks, an election timeout of 1 to 2 s), the leader is stopped
+// and the time until a put is acknowledged by a new leader is taken.
+// It repeats trials times and returns each time.
+func RaftFailover(ctx context.Context, nodes, trials int, dir string) ([]time.Duration, error) {
+	var out []time.Duration
+	for range trials {
+		c, err := startRaftCluster(dir, nodes, RaftPolicy{Log: wal.BatchPolicy()})
+		if err != nil {
+			return out, err
+		}
+		d, err := failoverOnce(ctx, c)
+		c.close()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func failoverOnce(ctx context.Context, c *raftCluster) (time.Duration, error) {
+	leader, err := raftLeader(ctx, c.nodes, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	put := func(b *raftBenchNode, id uint64) bool {
+		ch := b.kv.wait(id)
+		if err := b.run.Propose(ctx, binary.AppendUvarint(nil, id)); err != nil {
+			b.kv.forget(id)
+			return false
+		}
+		select {
+		case <-ch:
+			return true
+		case <-time.After(200 * time.Millisecond):
+			b.kv.forget(id)
+			return false
+		}
+	}
+	var id uint64
+	for range 100 { // a steady state first
+		id++
+		put(leader, id)
+	}
+	killed := time.Now()
+	leader.kill()
+	for time.Since(killed) < 30*time.Second {
+		next, err := raftLeader(ctx, c.nodes, 30*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		id++
+		if put(next, id) {
+			return time.Since(killed), nil
+		}
+	}
+	return 0, errors.New("bench: no put acknowledged within 30 s of the leader's death")
 }

@@ -27,6 +27,10 @@ func TestRaftRuns(t *testing.T) {
 			t.Errorf("%+v: unsafe only for none", p)
 		}
 	}
+	failovers, err := RaftFailover(context.Background(), 3, 1, t.TempDir())
+	if err != nil || len(failovers) != 1 || failovers[0] <= 0 || failovers[0] > 10*time.Second {
+		t.Fatalf("failover: %v, %v", failovers, err)
+	}
 	for _, bad := range []string{"count:0", "group:x", "fast"} {
 		if _, err := ParseRaftPolicy(bad, time.Millisecond); err == nil {
 			t.Errorf("policy %q accepted", bad)

@@ -20,6 +20,7 @@ func benchRaftCmd() *cobra.Command {
 		clients, values string
 		policies        string
 		asJSON          bool
+		failover        int
 	)
 	cmd := &cobra.Command{
 		Use:   "raft",
@@ -41,7 +42,10 @@ responses, votes) only after the fsync that covers them, under every policy but 
   group:D   one fsync per window D
   none      never an fsync: UNSAFE, acknowledged puts can be lost; a bound, not a mode
 
-CPU time per put is the whole process's: every node and every client share this machine.`,
+CPU time per put is the whole process's: every node and every client share this machine.
+
+--failover N then stops the leader of a fresh group N times, with the default election settings
+(100 ms ticks, election timeout 1-2 s), and times how long until a new leader acknowledges a put.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -66,11 +70,30 @@ CPU time per put is the whole process's: every node and every client share this 
 			if err != nil {
 				return err
 			}
+			var failovers []time.Duration
+			if failover > 0 {
+				if failovers, err = bench.RaftFailover(cmd.Context(), cfg.Nodes, failover, cfg.Dir); err != nil {
+					return err
+				}
+			}
+			failoverMS := make([]float64, len(failovers))
+			for i, d := range failovers {
+				failoverMS[i] = float64(d.Microseconds()) / 1000
+			}
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"nodes": cfg.Nodes, "duration_s": cfg.Duration.Seconds(), "max_wait_ms": cfg.MaxWait.Seconds() * 1000, "points": points})
+				return enc.Encode(map[string]any{"nodes": cfg.Nodes, "duration_s": cfg.Duration.Seconds(), "max_wait_ms": cfg.MaxWait.Seconds() * 1000,
+					"points": points, "failover_ms": failoverMS})
 			}
+			defer func() {
+				if len(failovers) > 0 {
+					sorted := slices.Clone(failovers)
+					slices.Sort(sorted)
+					fmt.Fprintf(out, "failover (leader stopped → first put acknowledged by a new leader), %d trials: median %v, max %v\n",
+						len(sorted), sorted[len(sorted)/2].Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+				}
+			}()
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "value B\tclients\tpolicy\tputs/s\t× entry\t× none\tp50 ms\tp99 ms\tCPU µs/put\t")
 			base := func(p bench.RaftPoint, pol string) float64 {
@@ -103,6 +126,7 @@ CPU time per put is the whole process's: every node and every client share this 
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measured run per point")
 	f.StringVar(&cfg.Dir, "dir", "", "parent directory of the nodes' data (default: the temp dir)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.IntVar(&failover, "failover", 0, "then time this many failovers (see above)")
 	return cmd
 }
 
