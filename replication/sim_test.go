@@ -3,14 +3,17 @@ package replication
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -58,12 +61,16 @@ func (s *kv) snapshot() []byte {
 
 // simNode is one member: its filesystem outlives its crashes.
 type simNode struct {
-	id    uint64
-	peers []uint64 // its initial peers: nil for a node that joins later
-	fs    *vfs.MemFS
-	node  *Node
-	sm    *kv
-	ep    *memnet.Endpoint
+	// wrap, if set, wraps the node's filesystem as its node sees it (to
+	// inject faults); stopped is the error that stopped it, if it may.
+	wrap    func(vfs.FS) vfs.FS
+	stopped error
+	id      uint64
+	peers   []uint64 // its initial peers: nil for a node that joins later
+	fs      *vfs.MemFS
+	node    *Node
+	sm      *kv
+	ep      *memnet.Endpoint
 }
 
 // Receive, Serve, ReceiveStream: the node's transport handler.
@@ -118,7 +125,12 @@ func newSim(t *testing.T, seed uint64, nodes int, policy wal.Policy) *sim {
 
 func (s *sim) start(sn *simNode) {
 	sn.sm = &kv{}
-	n, err := Open(Config{ID: sn.id, Peers: sn.peers, Dir: "/n", FS: sn.fs, Clock: s.net.Clock(), PreVote: true, CheckQuorum: true,
+	var fs vfs.FS = sn.fs
+	if sn.wrap != nil {
+		fs = sn.wrap(fs)
+	}
+	sn.stopped = nil
+	n, err := Open(Config{ID: sn.id, Peers: sn.peers, Dir: "/n", FS: fs, Clock: s.net.Clock(), PreVote: true, CheckQuorum: true,
 		ElectionTicks: 10, HeartbeatTicks: 1, SegmentSize: 1 << 20, Sync: s.policy}, sn.sm)
 	if err != nil {
 		s.fatalf("node %d: %v", sn.id, err)
@@ -143,7 +155,7 @@ func (s *sim) crash(sn *simNode) {
 // responses delivered.
 func (s *sim) settle() {
 	for _, sn := range s.nodes {
-		if sn.node == nil {
+		if sn.node == nil || sn.stopped != nil {
 			continue
 		}
 		// Each Process takes exactly the completions of the appends
@@ -152,7 +164,11 @@ func (s *sim) settle() {
 		for range 4 {
 			sn.node.WaitAppends()
 			if err := sn.node.Process(); err != nil {
-				s.fatalf("node %d: %v", sn.id, err)
+				if sn.wrap == nil {
+					s.fatalf("node %d: %v", sn.id, err)
+				}
+				sn.stopped = err // a fault the test injected
+				break
 			}
 		}
 	}
@@ -451,4 +467,68 @@ func TestSimulatedMembership(t *testing.T) {
 	s.run(200, false, true)
 	s.run(100, false, false)
 	s.check(1)
+}
+
+// TestFsyncFailureNeverAcknowledges: a follower whose fsync fails stops,
+// says why, and never acknowledges what the failed fsync covered. With
+// the third node down, the leader needs that follower for a majority:
+// no write is acknowledged after the failure. Restarted from what it
+// synced, with the third node back, the cluster converges and keeps
+// every write acknowledged before.
+func TestFsyncFailureNeverAcknowledges(t *testing.T) {
+	s := newSim(t, 3, 3, wal.BatchPolicy())
+	defer s.close()
+	s.run(200, false, true)
+	leader := s.leader()
+	var victim, other *simNode
+	for _, sn := range s.nodes {
+		switch {
+		case sn == leader:
+		case victim == nil:
+			victim = sn
+		default:
+			other = sn
+		}
+	}
+	var armed atomic.Bool
+	injected := errors.New("injected fsync failure")
+	victim.wrap = func(fs vfs.FS) vfs.FS {
+		return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if armed.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+				return injected
+			}
+			return nil
+		}))
+	}
+	s.crash(victim) // restart it on the failing filesystem
+	s.start(victim)
+	s.run(100, false, true)
+	s.crash(other)
+	s.run(20, false, false)
+	before := len(s.acked)
+	// The victim's next fsync is the one that would make this write
+	// durable on it, and let the leader count it.
+	if err := s.leader().node.Propose([]byte("after the failure")); err != nil {
+		t.Fatal(err)
+	}
+	s.waiting["after the failure"] = s.leader().id
+	armed.Store(true)
+	s.run(300, false, true)
+	if victim.stopped == nil || !errors.Is(victim.stopped, ErrStopped) || !errors.Is(victim.stopped, injected) {
+		t.Fatalf("the follower whose fsync failed: %v, want ErrStopped for the injected failure", victim.stopped)
+	}
+	if after := len(s.acked); after != before {
+		t.Fatalf("%d writes acknowledged after the follower's fsync failed, with no other majority", after-before)
+	}
+	// It comes back with what it synced, and the third node too.
+	armed.Store(false)
+	s.crash(victim)
+	s.start(victim)
+	s.start(other)
+	s.run(400, false, true)
+	s.run(100, false, false)
+	s.check()
+	if len(s.acked) <= before {
+		t.Fatal("no write acknowledged once the cluster was whole again")
+	}
 }
