@@ -79,22 +79,7 @@ func TestCorruptRaftLog(t *testing.T) {
 	}
 	for name, recs := range bad {
 		t.Run(name, func(t *testing.T) {
-			fs := vfs.NewMem()
-			n, err := openTestNode(t, fs, Config{ID: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.Close()
-			l, err := wal.Open(wal.Config{Dir: "/n/raft", FS: fs, Policy: wal.BatchPolicy(), SegmentSize: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range recs {
-				if _, err := l.Append(t.Context(), r); err != nil {
-					t.Fatal(err)
-				}
-			}
-			l.Close()
+			fs := raftLogOf(t, recs...)
 			if _, err := openTestNode(t, fs, Config{ID: 1}); !errors.Is(err, ErrCorruptLog) {
 				t.Fatalf("%v, want ErrCorruptLog", err)
 			}
@@ -111,25 +96,14 @@ func FuzzRaftLog(f *testing.F) {
 		entryRecord(pb.Entry{Index: 5, Term: 2}))
 	f.Add(snapshotRecord(recCompact, pb.SnapshotMetadata{Index: 4, Term: 2}, nil), []byte{recEntry, 1, 1})
 	f.Fuzz(func(t *testing.T, a, b []byte) {
-		fs := vfs.NewMem()
-		n, err := openTestNode(t, fs, Config{ID: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Close()
-		l, err := wal.Open(wal.Config{Dir: "/n/raft", FS: fs, Policy: wal.BatchPolicy(), SegmentSize: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var recs [][]byte
 		for _, r := range [][]byte{a, b} {
 			if len(r) > 0 {
-				if _, err := l.Append(t.Context(), r); err != nil {
-					t.Fatal(err)
-				}
+				recs = append(recs, r)
 			}
 		}
-		l.Close()
-		n, err = openTestNode(t, fs, Config{ID: 1})
+		fs := raftLogOf(t, recs...)
+		n, err := openTestNode(t, fs, Config{ID: 1})
 		if err != nil {
 			if !errors.Is(err, ErrCorruptLog) && !errors.Is(err, ErrBadSnapshot) {
 				t.Fatalf("untyped: %v", err)
@@ -174,4 +148,26 @@ func FuzzStep(f *testing.F) {
 		}
 		n.WaitAppends()
 	})
+}
+
+// raftLogOf makes a node's directory whose Raft log holds recs, exactly.
+func raftLogOf(t *testing.T, recs ...[]byte) vfs.FS {
+	t.Helper()
+	fs := vfs.NewMem()
+	n, err := openTestNode(t, fs, Config{ID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	l, err := wal.Open(wal.Config{Dir: "/n/raft", FS: fs, Policy: wal.BatchPolicy(), SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, r := range recs {
+		if _, err := l.Append(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return fs
 }

@@ -70,9 +70,13 @@ type Node struct {
 	applying int            // jobs handed to the applier and not yet finished
 	// reads are the ReadIndex requests waiting: by request context until
 	// the leader confirms an index, then (ready) until it is applied.
-	reads     map[string]func(uint64, error)
+	// reads are keyed by their sequence number, the request context; at
+	// most maxReads wait, the oldest failing first, and a change of leader
+	// or term fails them all (raft drops them then).
+	reads     map[uint64]func(uint64, error)
 	readReady []readWait
 	readSeq   uint64
+	readLow   uint64 // no read below it waits
 	failed    error
 	applied   uint64
 	confState pb.ConfState // as of applied
@@ -246,8 +250,9 @@ func (n *Node) Process() (err error) {
 	for n.failed == nil && n.rn.HasReady() {
 		rd := n.rn.Ready()
 		for _, rs := range rd.ReadStates {
-			if fn := n.reads[string(rs.RequestCtx)]; fn != nil {
-				delete(n.reads, string(rs.RequestCtx))
+			seq, k := binary.Uvarint(rs.RequestCtx)
+			if fn := n.reads[seq]; k > 0 && fn != nil {
+				delete(n.reads, seq)
 				n.readReady = append(n.readReady, readWait{rs.Index, fn})
 			}
 		}
@@ -263,8 +268,11 @@ func (n *Node) Process() (err error) {
 			n.term = rd.HardState.Term
 			changed = true
 		}
-		if changed && n.obs != nil {
-			n.obs.RoleChanged(n.soft.Lead, n.term)
+		if changed {
+			n.abortReads(ErrLeaderChanged)
+			if n.obs != nil {
+				n.obs.RoleChanged(n.soft.Lead, n.term)
+			}
 		}
 		var local []pb.Message
 		for _, m := range rd.Messages {
@@ -359,25 +367,54 @@ type readWait struct {
 	fn    func(uint64, error)
 }
 
+// ErrLeaderChanged is the error of a ReadIndex request that no leader
+// can confirm: none is known, or the leader or term changed while it
+// waited. The read may be retried.
+var ErrLeaderChanged = errors.New("replication: no leader to confirm the read")
+
+// maxReads bounds the ReadIndex requests waiting for confirmation; a
+// request whose message was lost is never confirmed, and the oldest go
+// first (ErrLeaderChanged).
+const maxReads = 4096
+
 // ReadIndex asks the leader for an index that a linearizable read must
 // see (raft's ReadIndex: a round of heartbeats, no log write); fn is
 // called on the driving goroutine once this node applied it, with the
-// index, or with an error if the node stops first. A request the leader
-// never confirms (no leader, a lost message) is never called: the caller
-// bounds its wait.
+// index, or with an error: the node stopped, or no leader confirmed it
+// (ErrLeaderChanged). A request whose message was lost under a stable
+// leader waits until maxReads newer ones push it out; the caller bounds
+// its wait.
 func (n *Node) ReadIndex(fn func(index uint64, err error)) {
-	if n.failed != nil {
+	switch {
+	case n.failed != nil:
 		fn(0, n.failed)
+		return
+	case n.soft.Lead == 0:
+		fn(0, ErrLeaderChanged)
 		return
 	}
 	if n.reads == nil {
-		n.reads = map[string]func(uint64, error){}
+		n.reads = map[uint64]func(uint64, error){}
 	}
 	n.readSeq++
-	ctx := binary.AppendUvarint([]byte("r"), n.readSeq)
-	n.reads[string(ctx)] = fn
+	n.reads[n.readSeq] = fn
+	for ; len(n.reads) > maxReads; n.readLow++ {
+		if old := n.reads[n.readLow]; old != nil {
+			delete(n.reads, n.readLow)
+			old(0, ErrLeaderChanged)
+		}
+	}
 	defer n.catch()
-	n.rn.ReadIndex(ctx)
+	n.rn.ReadIndex(binary.AppendUvarint(nil, n.readSeq))
+}
+
+// abortReads fails every read waiting for confirmation with err.
+func (n *Node) abortReads(err error) {
+	for seq, fn := range n.reads {
+		delete(n.reads, seq)
+		fn(0, err)
+	}
+	n.readLow = n.readSeq + 1
 }
 
 // serveReads calls the reads whose index is applied.
@@ -502,16 +539,9 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 				// committed, and now applied.
 				n.obs.LeaderReady(e.Term)
 			}
-		case pb.EntryConfChange:
-			var cc pb.ConfChange
-			if err := cc.Unmarshal(e.Data); err != nil {
-				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
-				return res
-			}
-			res.ccs = append(res.ccs, cc)
-		case pb.EntryConfChangeV2:
-			var cc pb.ConfChangeV2
-			if err := cc.Unmarshal(e.Data); err != nil {
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			cc, err := raftpbConfChange(e)
+			if err != nil {
 				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
 				return res
 			}
@@ -520,6 +550,18 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 		res.last = e.Index
 	}
 	return res
+}
+
+// raftpbConfChange decodes a configuration change entry of either kind.
+func raftpbConfChange(e pb.Entry) (pb.ConfChangeI, error) {
+	if e.Type == pb.EntryConfChange {
+		var cc pb.ConfChange
+		err := cc.Unmarshal(e.Data)
+		return cc, err
+	}
+	var cc pb.ConfChangeV2
+	err := cc.Unmarshal(e.Data)
+	return cc, err
 }
 
 // finishApply records an applied job on the driving goroutine: its conf
@@ -603,10 +645,8 @@ func (n *Node) fail(err error) {
 	for _, r := range n.readReady {
 		r.fn(0, n.failed)
 	}
-	for _, fn := range n.reads {
-		fn(0, n.failed)
-	}
-	n.readReady, n.reads = nil, nil
+	n.readReady = nil
+	n.abortReads(n.failed)
 }
 
 // WaitAppends waits until every append handed to the log is durable (or

@@ -532,3 +532,46 @@ func TestFsyncFailureNeverAcknowledges(t *testing.T) {
 		t.Fatal("no write acknowledged once the cluster was whole again")
 	}
 }
+
+// TestReadIndexWithoutLeader: a read no leader can confirm fails at once
+// or when the leadership changes, rather than waiting for ever; many
+// unconfirmed reads stay bounded.
+func TestReadIndexWithoutLeader(t *testing.T) {
+	s := newSim(t, 11, 3, wal.BatchPolicy())
+	defer s.close()
+	var err error
+	s.nodes[0].node.ReadIndex(func(_ uint64, e error) { err = e })
+	if !errors.Is(err, ErrLeaderChanged) {
+		t.Fatalf("a read before any leader: %v, want ErrLeaderChanged", err)
+	}
+	s.run(200, false, true)
+	// Cut a follower off: its reads go unconfirmed, and are dropped
+	// once more than maxReads wait.
+	var follower *simNode
+	for _, sn := range s.nodes {
+		if sn != s.leader() {
+			follower = sn
+		}
+	}
+	for _, sn := range s.nodes {
+		if sn != follower {
+			s.net.Cut(transport.NodeID(follower.id), transport.NodeID(sn.id))
+		}
+	}
+	failed := 0
+	for range maxReads + 10 {
+		follower.node.ReadIndex(func(_ uint64, e error) {
+			if errors.Is(e, ErrLeaderChanged) {
+				failed++
+			}
+		})
+	}
+	if failed != 10 || len(follower.node.reads) != maxReads {
+		t.Fatalf("%d reads dropped, %d waiting; want 10 and %d", failed, len(follower.node.reads), maxReads)
+	}
+	// Cut off, it loses its leader: every waiting read fails.
+	s.run(400, false, false)
+	if failed != maxReads+10 || len(follower.node.reads) != 0 {
+		t.Fatalf("after the follower lost its leader: %d reads failed, %d waiting", failed, len(follower.node.reads))
+	}
+}
