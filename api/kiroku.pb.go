@@ -382,10 +382,14 @@ func (*CallReply_Error) isCallReply_Result() {}
 
 // CallError is what a unary call's status and "kiroku-error" trailer say.
 type CallError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // gRPC status code
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"` // the ledger's error kind, if any
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // gRPC status code
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Kind    string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"` // the ledger's error kind, if any
+	// With kind "not_leader": the address of the member that leads, if the
+	// answering member knows one (the "kiroku-leader" trailer of a unary
+	// call).
+	Leader        string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +441,13 @@ func (x *CallError) GetMessage() string {
 func (x *CallError) GetKind() string {
 	if x != nil {
 		return x.Kind
+	}
+	return ""
+}
+
+func (x *CallError) GetLeader() string {
+	if x != nil {
+		return x.Leader
 	}
 	return ""
 }
@@ -1898,6 +1909,429 @@ func (x *LedgerKey) GetFingerprint() string {
 	return ""
 }
 
+type ClusterStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusRequest) Reset() {
+	*x = ClusterStatusRequest{}
+	mi := &file_kiroku_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusRequest) ProtoMessage() {}
+
+func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
+func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{27}
+}
+
+// ClusterStatus is one member's view of the cluster.
+type ClusterStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"` // leader, follower, candidate, pre-candidate
+	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	Leader        uint64                 `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`   // 0: none known
+	Commit        uint64                 `protobuf:"varint,6,opt,name=commit,proto3" json:"commit,omitempty"`   // the Raft commit index it knows
+	Applied       uint64                 `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"` // the last Raft index its engine applied
+	LastIndex     uint64                 `protobuf:"varint,8,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	DurableEpoch  uint64                 `protobuf:"varint,9,opt,name=durable_epoch,json=durableEpoch,proto3" json:"durable_epoch,omitempty"` // its engine's durable epoch
+	Serving       bool                   `protobuf:"varint,10,opt,name=serving,proto3" json:"serving,omitempty"`                              // it leads and its ledger takes calls
+	Members       []*ClusterMember       `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatus) Reset() {
+	*x = ClusterStatus{}
+	mi := &file_kiroku_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatus) ProtoMessage() {}
+
+func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
+func (*ClusterStatus) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ClusterStatus) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetDurableEpoch() uint64 {
+	if x != nil {
+		return x.DurableEpoch
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+func (x *ClusterStatus) GetMembers() []*ClusterMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type ClusterMember struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Learner bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
+	// As the leader sees it (0 elsewhere): the highest index known to be
+	// in the member's log.
+	Match         uint64 `protobuf:"varint,4,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMember) Reset() {
+	*x = ClusterMember{}
+	mi := &file_kiroku_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMember) ProtoMessage() {}
+
+func (x *ClusterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
+func (*ClusterMember) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ClusterMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ClusterMember) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ClusterMember) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *ClusterMember) GetMatch() uint64 {
+	if x != nil {
+		return x.Match
+	}
+	return 0
+}
+
+type AddNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Learner       bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"` // add as a learner (promote later by adding as a voter)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddNodeRequest) Reset() {
+	*x = AddNodeRequest{}
+	mi := &file_kiroku_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddNodeRequest) ProtoMessage() {}
+
+func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
+func (*AddNodeRequest) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AddNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *AddNodeRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AddNodeRequest) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_kiroku_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RemoveNodeRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_kiroku_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TransferLeaderRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type ClusterChangeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // the Raft index at which the change applied
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterChangeReply) Reset() {
+	*x = ClusterChangeReply{}
+	mi := &file_kiroku_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterChangeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterChangeReply) ProtoMessage() {}
+
+func (x *ClusterChangeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_kiroku_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterChangeReply.ProtoReflect.Descriptor instead.
+func (*ClusterChangeReply) Descriptor() ([]byte, []int) {
+	return file_kiroku_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ClusterChangeReply) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 var File_kiroku_proto protoreflect.FileDescriptor
 
 const file_kiroku_proto_rawDesc = "" +
@@ -1922,11 +2356,12 @@ const file_kiroku_proto_rawDesc = "" +
 	"\aexecute\x18\x02 \x01(\v2\x17.kiroku.v1.ExecuteReplyH\x00R\aexecute\x12/\n" +
 	"\btx_state\x18\x03 \x01(\v2\x12.kiroku.v1.TxStateH\x00R\atxState\x12,\n" +
 	"\x05error\x18\x04 \x01(\v2\x14.kiroku.v1.CallErrorH\x00R\x05errorB\b\n" +
-	"\x06result\"M\n" +
+	"\x06result\"e\n" +
 	"\tCallError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
-	"\x04kind\x18\x03 \x01(\tR\x04kind\"~\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\"~\n" +
 	"\x1aRegisterCertificateRequest\x12\x16\n" +
 	"\x06entity\x18\x01 \x01(\tR\x06entity\x12\x1f\n" +
 	"\vkey_version\x18\x02 \x01(\rR\n" +
@@ -2050,7 +2485,38 @@ const file_kiroku_proto_rawDesc = "" +
 	"\tLedgerKey\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12$\n" +
 	"\x0epublic_key_pem\x18\x02 \x01(\tR\fpublicKeyPem\x12 \n" +
-	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint2\xb2\x06\n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\"\x16\n" +
+	"\x14ClusterStatusRequest\"\xcb\x02\n" +
+	"\rClusterStatus\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\x04R\x06leader\x12\x16\n" +
+	"\x06commit\x18\x06 \x01(\x04R\x06commit\x12\x18\n" +
+	"\aapplied\x18\a \x01(\x04R\aapplied\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\b \x01(\x04R\tlastIndex\x12#\n" +
+	"\rdurable_epoch\x18\t \x01(\x04R\fdurableEpoch\x12\x18\n" +
+	"\aserving\x18\n" +
+	" \x01(\bR\aserving\x122\n" +
+	"\amembers\x18\v \x03(\v2\x18.kiroku.v1.ClusterMemberR\amembers\"i\n" +
+	"\rClusterMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\x12\x14\n" +
+	"\x05match\x18\x04 \x01(\x04R\x05match\"]\n" +
+	"\x0eAddNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\",\n" +
+	"\x11RemoveNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"0\n" +
+	"\x15TransferLeaderRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"*\n" +
+	"\x12ClusterChangeReply\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index2\xb2\x06\n" +
 	"\x06Ledger\x12V\n" +
 	"\x13RegisterCertificate\x12%.kiroku.v1.RegisterCertificateRequest\x1a\x18.kiroku.v1.RegisterReply\x12L\n" +
 	"\x0eRegisterSecret\x12 .kiroku.v1.RegisterSecretRequest\x1a\x18.kiroku.v1.RegisterReply\x12P\n" +
@@ -2063,7 +2529,13 @@ const file_kiroku_proto_rawDesc = "" +
 	"GetTxState\x12\x1c.kiroku.v1.GetTxStateRequest\x1a\x12.kiroku.v1.TxState\x12R\n" +
 	"\x0eValidateLedger\x12 .kiroku.v1.ValidateLedgerRequest\x1a\x1e.kiroku.v1.ValidateLedgerReply\x12D\n" +
 	"\fGetLedgerKey\x12\x1e.kiroku.v1.GetLedgerKeyRequest\x1a\x14.kiroku.v1.LedgerKey\x12B\n" +
-	"\vCallBatches\x12\x17.kiroku.v1.CallRequests\x1a\x16.kiroku.v1.CallReplies(\x010\x01B!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
+	"\vCallBatches\x12\x17.kiroku.v1.CallRequests\x1a\x16.kiroku.v1.CallReplies(\x010\x012\xb1\x02\n" +
+	"\aCluster\x12C\n" +
+	"\x06Status\x12\x1f.kiroku.v1.ClusterStatusRequest\x1a\x18.kiroku.v1.ClusterStatus\x12C\n" +
+	"\aAddNode\x12\x19.kiroku.v1.AddNodeRequest\x1a\x1d.kiroku.v1.ClusterChangeReply\x12I\n" +
+	"\n" +
+	"RemoveNode\x12\x1c.kiroku.v1.RemoveNodeRequest\x1a\x1d.kiroku.v1.ClusterChangeReply\x12Q\n" +
+	"\x0eTransferLeader\x12 .kiroku.v1.TransferLeaderRequest\x1a\x1d.kiroku.v1.ClusterChangeReplyB!Z\x1fgithub.com/kiroku-db/kiroku/apib\x06proto3"
 
 var (
 	file_kiroku_proto_rawDescOnce sync.Once
@@ -2077,7 +2549,7 @@ func file_kiroku_proto_rawDescGZIP() []byte {
 	return file_kiroku_proto_rawDescData
 }
 
-var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_kiroku_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_kiroku_proto_goTypes = []any{
 	(*CallRequests)(nil),               // 0: kiroku.v1.CallRequests
 	(*CallReplies)(nil),                // 1: kiroku.v1.CallReplies
@@ -2106,6 +2578,13 @@ var file_kiroku_proto_goTypes = []any{
 	(*ValidateLedgerReply)(nil),        // 24: kiroku.v1.ValidateLedgerReply
 	(*GetLedgerKeyRequest)(nil),        // 25: kiroku.v1.GetLedgerKeyRequest
 	(*LedgerKey)(nil),                  // 26: kiroku.v1.LedgerKey
+	(*ClusterStatusRequest)(nil),       // 27: kiroku.v1.ClusterStatusRequest
+	(*ClusterStatus)(nil),              // 28: kiroku.v1.ClusterStatus
+	(*ClusterMember)(nil),              // 29: kiroku.v1.ClusterMember
+	(*AddNodeRequest)(nil),             // 30: kiroku.v1.AddNodeRequest
+	(*RemoveNodeRequest)(nil),          // 31: kiroku.v1.RemoveNodeRequest
+	(*TransferLeaderRequest)(nil),      // 32: kiroku.v1.TransferLeaderRequest
+	(*ClusterChangeReply)(nil),         // 33: kiroku.v1.ClusterChangeReply
 }
 var file_kiroku_proto_depIdxs = []int32{
 	2,  // 0: kiroku.v1.CallRequests.calls:type_name -> kiroku.v1.CallRequest
@@ -2124,33 +2603,42 @@ var file_kiroku_proto_depIdxs = []int32{
 	18, // 13: kiroku.v1.GetAssetReply.versions:type_name -> kiroku.v1.AssetVersion
 	14, // 14: kiroku.v1.TxState.writes:type_name -> kiroku.v1.InputEntry
 	14, // 15: kiroku.v1.TxState.input:type_name -> kiroku.v1.InputEntry
-	6,  // 16: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
-	7,  // 17: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
-	8,  // 18: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
-	10, // 19: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
-	13, // 20: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
-	17, // 21: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
-	20, // 22: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
-	21, // 23: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
-	23, // 24: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
-	25, // 25: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
-	0,  // 26: kiroku.v1.Ledger.CallBatches:input_type -> kiroku.v1.CallRequests
-	9,  // 27: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
-	9,  // 28: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
-	9,  // 29: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
-	12, // 30: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
-	16, // 31: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
-	19, // 32: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
-	15, // 33: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
-	22, // 34: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
-	24, // 35: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
-	26, // 36: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
-	1,  // 37: kiroku.v1.Ledger.CallBatches:output_type -> kiroku.v1.CallReplies
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	29, // 16: kiroku.v1.ClusterStatus.members:type_name -> kiroku.v1.ClusterMember
+	6,  // 17: kiroku.v1.Ledger.RegisterCertificate:input_type -> kiroku.v1.RegisterCertificateRequest
+	7,  // 18: kiroku.v1.Ledger.RegisterSecret:input_type -> kiroku.v1.RegisterSecretRequest
+	8,  // 19: kiroku.v1.Ledger.RegisterContract:input_type -> kiroku.v1.RegisterContractRequest
+	10, // 20: kiroku.v1.Ledger.ListContracts:input_type -> kiroku.v1.ListContractsRequest
+	13, // 21: kiroku.v1.Ledger.ExecuteContract:input_type -> kiroku.v1.ExecuteRequest
+	17, // 22: kiroku.v1.Ledger.GetAsset:input_type -> kiroku.v1.GetAssetRequest
+	20, // 23: kiroku.v1.Ledger.GetProof:input_type -> kiroku.v1.GetProofRequest
+	21, // 24: kiroku.v1.Ledger.GetTxState:input_type -> kiroku.v1.GetTxStateRequest
+	23, // 25: kiroku.v1.Ledger.ValidateLedger:input_type -> kiroku.v1.ValidateLedgerRequest
+	25, // 26: kiroku.v1.Ledger.GetLedgerKey:input_type -> kiroku.v1.GetLedgerKeyRequest
+	0,  // 27: kiroku.v1.Ledger.CallBatches:input_type -> kiroku.v1.CallRequests
+	27, // 28: kiroku.v1.Cluster.Status:input_type -> kiroku.v1.ClusterStatusRequest
+	30, // 29: kiroku.v1.Cluster.AddNode:input_type -> kiroku.v1.AddNodeRequest
+	31, // 30: kiroku.v1.Cluster.RemoveNode:input_type -> kiroku.v1.RemoveNodeRequest
+	32, // 31: kiroku.v1.Cluster.TransferLeader:input_type -> kiroku.v1.TransferLeaderRequest
+	9,  // 32: kiroku.v1.Ledger.RegisterCertificate:output_type -> kiroku.v1.RegisterReply
+	9,  // 33: kiroku.v1.Ledger.RegisterSecret:output_type -> kiroku.v1.RegisterReply
+	9,  // 34: kiroku.v1.Ledger.RegisterContract:output_type -> kiroku.v1.RegisterReply
+	12, // 35: kiroku.v1.Ledger.ListContracts:output_type -> kiroku.v1.ListContractsReply
+	16, // 36: kiroku.v1.Ledger.ExecuteContract:output_type -> kiroku.v1.ExecuteReply
+	19, // 37: kiroku.v1.Ledger.GetAsset:output_type -> kiroku.v1.GetAssetReply
+	15, // 38: kiroku.v1.Ledger.GetProof:output_type -> kiroku.v1.Proof
+	22, // 39: kiroku.v1.Ledger.GetTxState:output_type -> kiroku.v1.TxState
+	24, // 40: kiroku.v1.Ledger.ValidateLedger:output_type -> kiroku.v1.ValidateLedgerReply
+	26, // 41: kiroku.v1.Ledger.GetLedgerKey:output_type -> kiroku.v1.LedgerKey
+	1,  // 42: kiroku.v1.Ledger.CallBatches:output_type -> kiroku.v1.CallReplies
+	28, // 43: kiroku.v1.Cluster.Status:output_type -> kiroku.v1.ClusterStatus
+	33, // 44: kiroku.v1.Cluster.AddNode:output_type -> kiroku.v1.ClusterChangeReply
+	33, // 45: kiroku.v1.Cluster.RemoveNode:output_type -> kiroku.v1.ClusterChangeReply
+	33, // 46: kiroku.v1.Cluster.TransferLeader:output_type -> kiroku.v1.ClusterChangeReply
+	32, // [32:47] is the sub-list for method output_type
+	17, // [17:32] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_kiroku_proto_init() }
@@ -2174,9 +2662,9 @@ func file_kiroku_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kiroku_proto_rawDesc), len(file_kiroku_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_kiroku_proto_goTypes,
 		DependencyIndexes: file_kiroku_proto_depIdxs,

@@ -33,8 +33,8 @@ func (c *Client) RegisterCertificate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return c.api.RegisterCertificate(ctx, &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion,
+	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return t.api.RegisterCertificate(ctx, &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion,
 			CertificatePem: string(c.cfg.CertificatePEM)}, o...)
 	})
 	return err
@@ -49,8 +49,8 @@ func (c *Client) RegisterSecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return c.api.RegisterSecret(ctx, &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}, o...)
+	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return t.api.RegisterSecret(ctx, &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}, o...)
 	})
 	return err
 }
@@ -65,8 +65,8 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 	if err != nil {
 		return err
 	}
-	_, _, err = call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return c.api.RegisterContract(ctx, &api.RegisterContractRequest{ContractId: id, Source: source,
+	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return t.api.RegisterContract(ctx, &api.RegisterContractRequest{ContractId: id, Source: source,
 			Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Signature: sig}, o...)
 	})
 	return err
@@ -74,8 +74,8 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 
 // ListContracts lists the built-in and registered contracts.
 func (c *Client) ListContracts(ctx context.Context) ([]*api.ContractInfo, error) {
-	r, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ListContractsReply, error) {
-		return c.api.ListContracts(ctx, &api.ListContractsRequest{}, o...)
+	r, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.ListContractsReply, error) {
+		return t.api.ListContracts(ctx, &api.ListContractsRequest{}, o...)
 	})
 	if err != nil {
 		return nil, err
@@ -120,10 +120,10 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // state if a retry finds the nonce used.
 func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
 	req := wire.RequestToAPI(r)
-	reply, attempts, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
-		return viaMux(ctx, c, &api.CallRequest{Call: &api.CallRequest_Execute{Execute: req}}, (*api.CallReply).GetExecute,
+	reply, attempts, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.ExecuteReply, error) {
+		return viaMux(ctx, t, &api.CallRequest{Call: &api.CallRequest_Execute{Execute: req}}, (*api.CallReply).GetExecute,
 			func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
-				return c.api.ExecuteContract(ctx, req, o...)
+				return t.api.ExecuteContract(ctx, req, o...)
 			}, o)
 	})
 	if err != nil {
@@ -230,10 +230,10 @@ func (c *Client) CommittedResult(ctx context.Context, st *ledger.TxState) (*ledg
 // TxState returns the ledger's recorded state of nonce.
 func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, error) {
 	req := &api.GetTxStateRequest{Nonce: nonce}
-	st, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
-		return viaMux(ctx, c, &api.CallRequest{Call: &api.CallRequest_GetTxState{GetTxState: req}}, (*api.CallReply).GetTxState,
+	st, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.TxState, error) {
+		return viaMux(ctx, t, &api.CallRequest{Call: &api.CallRequest_GetTxState{GetTxState: req}}, (*api.CallReply).GetTxState,
 			func(ctx context.Context, o ...grpc.CallOption) (*api.TxState, error) {
-				return c.api.GetTxState(ctx, req, o...)
+				return t.api.GetTxState(ctx, req, o...)
 			}, o)
 	})
 	if err != nil {
@@ -254,8 +254,8 @@ func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]
 	limit := r.Limit
 	for {
 		req := &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(limit)}
-		reply, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.GetAssetReply, error) {
-			return c.api.GetAsset(ctx, req, o...)
+		reply, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.GetAssetReply, error) {
+			return t.api.GetAsset(ctx, req, o...)
 		})
 		if err != nil {
 			return nil, err
@@ -288,8 +288,8 @@ func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]
 
 // Proof fetches the proof of version age of asset id.
 func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof, error) {
-	p, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.Proof, error) {
-		return c.api.GetProof(ctx, &api.GetProofRequest{Id: id, Age: age}, o...)
+	p, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.Proof, error) {
+		return t.api.GetProof(ctx, &api.GetProofRequest{Id: id, Age: age}, o...)
 	})
 	if err != nil {
 		return nil, err
@@ -304,8 +304,8 @@ func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof
 func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64) (*api.ValidateLedgerReply, error) {
 	var total *api.ValidateLedgerReply
 	for {
-		v, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
-			return c.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
+		v, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.ValidateLedgerReply, error) {
+			return t.api.ValidateLedger(ctx, &api.ValidateLedgerRequest{Id: id, StartAge: start, EndAge: end}, o...)
 		})
 		if err != nil {
 			return nil, err
@@ -329,8 +329,8 @@ func (c *Client) ValidateLedger(ctx context.Context, id string, start, end int64
 
 // LedgerKey returns the ledger's proof key description.
 func (c *Client) LedgerKey(ctx context.Context) (*api.LedgerKey, error) {
-	k, _, err := call(ctx, c, func(ctx context.Context, o ...grpc.CallOption) (*api.LedgerKey, error) {
-		return c.api.GetLedgerKey(ctx, &api.GetLedgerKeyRequest{}, o...)
+	k, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.LedgerKey, error) {
+		return t.api.GetLedgerKey(ctx, &api.GetLedgerKeyRequest{}, o...)
 	})
 	return k, err
 }

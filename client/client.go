@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,7 +58,9 @@ const MaxReplyBytes = 64 << 20
 // PrivateKeyPEM must be set (to sign requests); Certificate is needed only
 // to register the certificate.
 type Config struct {
-	Server     string `json:"server"`      // host:port; "" means 127.0.0.1:50051
+	// Server is host:port, or a comma-separated list of a cluster's
+	// members; "" means 127.0.0.1:50051.
+	Server     string `json:"server"`
 	Entity     string `json:"entity"`      // the client's entity id
 	KeyVersion uint32 `json:"key_version"` // 0 means 1
 	// Secret is the HMAC-SHA256 secret, hex in files and the environment.
@@ -73,6 +76,10 @@ type Config struct {
 	MaxAttempts int `json:"-"`
 	// DialOptions are added to the connection's (interceptors, TLS).
 	DialOptions []grpc.DialOption `json:"-"`
+	// LeaderWait bounds how long a call waits for a cluster to have a
+	// leader it can reach (an election after the leader failed takes one
+	// to two seconds by default); 0 means 10s.
+	LeaderWait time.Duration `json:"-"`
 	// UnaryCalls sends each execute and transaction-state call as a unary
 	// RPC of its own, instead of over the CallBatches stream the client's
 	// goroutines share (which unary interceptors do not see).
@@ -175,13 +182,32 @@ func (fc fileConfig) resolve(dir string) (Config, error) {
 	return c, nil
 }
 
-// Client talks to one ledger server. It is safe for concurrent use.
+// Client talks to a ledger server, or to the members of a cluster. It is
+// safe for concurrent use.
+//
+// With a cluster, Config.Server lists one or more members; a member that
+// does not lead answers with the leader's address, and the client sends
+// that call and the next ones there. A member that cannot be reached, or
+// knows no leader (an election is under way), sends the client to the
+// next member of the list, for up to Config.LeaderWait.
 type Client struct {
-	cfg    Config
-	conn   *grpc.ClientConn
-	api    api.LedgerClient
-	mux    *mux        // nil with UnaryCalls
-	signer auth.Signer // nil: the client can only read
+	cfg     Config
+	opts    []grpc.DialOption
+	servers []string
+	signer  auth.Signer // nil: the client can only read
+
+	mu      sync.Mutex
+	cur     *target
+	targets map[string]*target
+	closed  bool
+}
+
+// target is one server: its connection, and the calls' stream over it.
+type target struct {
+	addr string
+	conn *grpc.ClientConn
+	api  api.LedgerClient
+	mux  *mux // nil with UnaryCalls
 }
 
 // Dial connects to cfg.Server. The connection is made lazily; the first
@@ -199,7 +225,18 @@ func Dial(cfg Config) (*Client, error) {
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 5
 	}
-	c := &Client{cfg: cfg}
+	if cfg.LeaderWait <= 0 {
+		cfg.LeaderWait = 10 * time.Second
+	}
+	c := &Client{cfg: cfg, targets: map[string]*target{}}
+	for _, a := range strings.Split(cfg.Server, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(c.servers, a) {
+			c.servers = append(c.servers, a)
+		}
+	}
+	if len(c.servers) == 0 {
+		return nil, fmt.Errorf("client: no server address in %q", cfg.Server)
+	}
 	var err error
 	switch {
 	case len(cfg.Secret) > 0 && len(cfg.PrivateKeyPEM) > 0:
@@ -215,26 +252,94 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c.opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
 		grpc.WithStaticStreamWindowSize(api.StreamWindow), grpc.WithStaticConnWindowSize(api.ConnWindow)}, cfg.DialOptions...)
-	c.conn, err = grpc.NewClient(cfg.Server, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	c.api = api.NewLedgerClient(c.conn)
-	if !cfg.UnaryCalls {
-		c.mux = newMux(c.api)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur, err = c.targetLocked(c.servers[0]); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error {
-	if c.mux != nil {
-		c.mux.close()
+// targetLocked returns the target of addr, connecting to it (lazily) the
+// first time.
+func (c *Client) targetLocked(addr string) (*target, error) {
+	if t := c.targets[addr]; t != nil {
+		return t, nil
 	}
-	return c.conn.Close()
+	if c.closed {
+		return nil, errors.New("client: closed")
+	}
+	conn, err := grpc.NewClient(addr, c.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	t := &target{addr: addr, conn: conn, api: api.NewLedgerClient(conn)}
+	if !c.cfg.UnaryCalls {
+		t.mux = newMux(t.api)
+	}
+	c.targets[addr] = t
+	return t, nil
+}
+
+// current is the server calls go to.
+func (c *Client) current() *target {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+// follow sends the calls to addr, the leader a member named, instead of
+// from (unless another call moved them already).
+func (c *Client) follow(from *target, addr string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != from {
+		return nil
+	}
+	t, err := c.targetLocked(addr)
+	if err != nil {
+		return err
+	}
+	c.cur = t
+	return nil
+}
+
+// next sends the calls to the member after from in the server list
+// (unless another call moved them already); with a single server, it
+// stays.
+func (c *Client) next(from *target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != from || len(c.servers) < 2 {
+		return
+	}
+	i := slices.Index(c.servers, from.addr)
+	t, err := c.targetLocked(c.servers[(i+1)%len(c.servers)])
+	if err == nil {
+		c.cur = t
+	}
+}
+
+// Server is the address calls go to now: the server dialled, or the
+// cluster member the client was last sent to.
+func (c *Client) Server() string { return c.current().addr }
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for _, t := range c.targets {
+		if t.mux != nil {
+			t.mux.close()
+		}
+		errs = append(errs, t.conn.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Entity returns the client's entity id and key version.
@@ -252,45 +357,84 @@ func (c *Client) needSigner() error {
 
 // call runs one RPC with per-attempt timeouts, retrying while the reply is
 // lost (Unavailable, an attempt that timed out while ctx has time left, or
-// a commit whose outcome the server does not know).
+// a commit whose outcome the server does not know), and following a
+// cluster member's answer that another leads (see Client).
 // Every RPC of the API is safe to repeat: reads and registrations have no
 // effect twice, and an execute carries its nonce.
-// It converts errors back into the ledger's sentinels.
-func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, opts ...grpc.CallOption) (T, error)) (T, int, error) {
+// It returns how many times the call was sent again, and converts errors
+// back into the ledger's sentinels.
+func call[T any](ctx context.Context, c *Client, f func(ctx context.Context, t *target, opts ...grpc.CallOption) (T, error)) (T, int, error) {
 	var zero T
 	var err error
-	for attempt := 0; attempt < c.cfg.MaxAttempts; attempt++ {
-		if attempt > 0 {
-			backoff := time.Duration(1<<min(attempt, 6)) * 10 * time.Millisecond
-			select {
-			case <-ctx.Done():
-				return zero, attempt, errors.Join(err, ctx.Err())
-			case <-time.After(backoff):
-			}
-		}
+	var trailer metadata.MD
+	tries, lost, hops, waits := 0, 0, 0, 0
+	leaderDeadline := time.Now().Add(c.cfg.LeaderWait)
+	for ; ; tries++ {
+		t := c.current()
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-		var trailer metadata.MD
+		trailer = nil
 		var out T
-		out, err = f(actx, grpc.Trailer(&trailer))
+		out, err = f(actx, t, grpc.Trailer(&trailer))
 		cancel()
 		if err == nil {
-			return out, attempt, nil
+			return out, tries, nil
 		}
 		var ce *callError
 		if errors.As(err, &ce) {
 			trailer = ce.trailer()
 		}
 		code := status.Code(err)
-		// A commit whose outcome the server could not learn is a lost
-		// reply too: the retry, with the same nonce, finds out.
-		lost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil) ||
-			(code == codes.Unknown && slices.Contains(trailer.Get(wire.ErrorKindKey), wire.KindCommitUnknown))
-		if !lost {
-			return zero, attempt, fromStatus(err, trailer)
+		kinds := trailer.Get(wire.ErrorKindKey)
+		var wait time.Duration
+		switch {
+		case code == codes.Unavailable && slices.Contains(kinds, wire.KindNotLeader):
+			// Nothing was done. Go where the member says the leader is, or,
+			// while it knows none, wait for an election.
+			if l := trailer.Get(wire.LeaderKey); len(l) > 0 && l[0] != t.addr && hops < maxHops {
+				hops++
+				if ferr := c.follow(t, l[0]); ferr != nil {
+					return zero, tries, ferr
+				}
+				continue
+			}
+			c.next(t)
+			if time.Now().After(leaderDeadline) {
+				return zero, tries, fromStatus(err, trailer)
+			}
+			waits++
+			wait = time.Duration(1<<min(waits, 4)) * 25 * time.Millisecond
+		default:
+			// A commit whose outcome the server could not learn is a lost
+			// reply too: the retry, with the same nonce, finds out.
+			isLost := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil) ||
+				(code == codes.Unknown && slices.Contains(kinds, wire.KindCommitUnknown))
+			if !isLost {
+				return zero, tries, fromStatus(err, trailer)
+			}
+			if len(c.servers) > 1 && time.Now().Before(leaderDeadline) {
+				// A member may have gone: try the next, waiting as for an
+				// election.
+				c.next(t)
+				waits++
+				wait = time.Duration(1<<min(waits, 4)) * 25 * time.Millisecond
+			} else {
+				if lost++; lost >= c.cfg.MaxAttempts {
+					return zero, tries, fromStatus(err, nil)
+				}
+				wait = time.Duration(1<<min(lost, 6)) * 10 * time.Millisecond
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return zero, tries, errors.Join(fromStatus(err, trailer), ctx.Err())
+		case <-time.After(wait):
 		}
 	}
-	return zero, c.cfg.MaxAttempts, fromStatus(err, nil)
 }
+
+// maxHops bounds how many times one call follows a member's word that
+// another leads, against members that send it round in circles.
+const maxHops = 8
 
 // ErrConflict is the sentinel of a transaction the ledger aborted after
 // conflicting with others on every attempt: nothing was committed, and the

@@ -358,7 +358,7 @@ func (s *muxStream) cancelCall(id uint64) {
 
 func reply(r *api.CallReply) (*api.CallReply, error) {
 	if e := r.GetError(); e != nil {
-		return nil, &callError{st: status.New(codes.Code(e.Code), e.Message), kind: e.Kind}
+		return nil, &callError{st: status.New(codes.Code(e.Code), e.Message), kind: e.Kind, leader: e.Leader}
 	}
 	return r, nil
 }
@@ -384,8 +384,9 @@ func (s *muxStream) forget(id uint64) {
 // callError is a call's error from a CallBatches reply: the status a unary call
 // would have ended with, and what its error-kind trailer would have held.
 type callError struct {
-	st   *status.Status
-	kind string
+	st     *status.Status
+	kind   string
+	leader string // with kind not_leader: the leader's address, if known
 }
 
 func (e *callError) Error() string              { return e.st.Err().Error() }
@@ -396,12 +397,16 @@ func (e *callError) trailer() metadata.MD {
 	if e.kind == "" {
 		return nil
 	}
-	return metadata.Pairs(wire.ErrorKindKey, e.kind)
+	md := metadata.Pairs(wire.ErrorKindKey, e.kind)
+	if e.leader != "" {
+		md.Append(wire.LeaderKey, e.leader)
+	}
+	return md
 }
 
 // viaMux runs a call over the mux, or unary if the mux is off or the
 // client was configured with UnaryCalls; unary gets the call options.
-func viaMux[T comparable](ctx context.Context, c *Client, req *api.CallRequest, get func(*api.CallReply) T,
+func viaMux[T comparable](ctx context.Context, c *target, req *api.CallRequest, get func(*api.CallReply) T,
 	unary func(ctx context.Context, opts ...grpc.CallOption) (T, error), opts []grpc.CallOption) (T, error) {
 	var zero T
 	if c.mux != nil {

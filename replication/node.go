@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"slices"
 	"sync"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/transport"
@@ -35,6 +37,13 @@ type Observer interface {
 	// LeaderReady: the node leads term and has applied every entry
 	// committed before it (its own first entry of the term is applied).
 	LeaderReady(term uint64)
+}
+
+// MembershipObserver, if the Observer also is one, hears of each
+// membership change as it is applied, with the change's context (what
+// its proposer attached: kiroku puts the new member's address there).
+type MembershipObserver interface {
+	MembershipChanged(cc pb.ConfChangeV2)
 }
 
 // Node is one member of a Raft group: raft.RawNode with asynchronous
@@ -573,6 +582,9 @@ func (n *Node) finishApply(res appliedJob) {
 	}
 	for _, cc := range res.ccs {
 		n.confState = *n.rn.ApplyConfChange(cc)
+		if mo, ok := n.obs.(MembershipObserver); ok {
+			mo.MembershipChanged(cc.AsV2())
+		}
 	}
 	n.applied = max(n.applied, res.last)
 	if res.err != nil {
@@ -680,6 +692,11 @@ type Status struct {
 	State              raft.StateType
 	Commit, Applied    uint64
 	FirstIndex, LastIx uint64
+	// Voters and Learners are the membership as of Applied.
+	Voters, Learners []uint64
+	// Match is, on the leader, the highest index known to be in each
+	// member's log; nil elsewhere.
+	Match map[uint64]uint64
 }
 
 // Status returns the node's view of the group.
@@ -687,8 +704,13 @@ func (n *Node) Status() Status {
 	st := n.rn.BasicStatus()
 	first, _ := n.store.FirstIndex()
 	last, _ := n.store.LastIndex()
-	return Status{ID: n.cfg.ID, Leader: st.Lead, Term: st.Term, State: st.RaftState, Commit: st.Commit, Applied: n.applied,
-		FirstIndex: first, LastIx: last}
+	out := Status{ID: n.cfg.ID, Leader: st.Lead, Term: st.Term, State: st.RaftState, Commit: st.Commit, Applied: n.applied,
+		FirstIndex: first, LastIx: last, Voters: slices.Clone(n.confState.Voters), Learners: slices.Clone(n.confState.Learners)}
+	if st.RaftState == raft.StateLeader {
+		out.Match = map[uint64]uint64{}
+		n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { out.Match[id] = pr.Match })
+	}
+	return out
 }
 
 // Err is the error that stopped the node, or nil.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/internal/batch"
+	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
@@ -122,7 +123,7 @@ type streamCall struct {
 func (d *dispatcher) receive(st api.Ledger_CallBatchesServer) error {
 	for {
 		msg := new(api.CallRequests)
-		if err := receiveRequest(st.RecvMsg, msg); err != nil {
+		if err := receiveRequest(st.RecvMsg, msg, d.s.maxRequest); err != nil {
 			return err
 		}
 		for _, req := range msg.Calls {
@@ -263,8 +264,18 @@ func sendReplies(st api.Ledger_CallBatchesServer, replies <-chan sizedReply) err
 // (dispatcher.start), through the same interceptor a unary call takes, and
 // turns its outcome into the reply.
 func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
-	var kind string
+	var kind, leader string
 	fail := func(err error) (any, error) {
+		if s.member != nil && errors.Is(err, storage.ErrNotLeader) {
+			var nl *NotLeaderError
+			if !errors.As(err, &nl) {
+				err = s.member.notLeader(err)
+			}
+			nl = nil
+			if errors.As(err, &nl) {
+				leader = nl.Address
+			}
+		}
 		var code codes.Code
 		code, kind = errorCode(err)
 		return nil, status.Error(code, err.Error())
@@ -278,7 +289,11 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 	case *api.CallRequest_Execute:
 		method = api.Ledger_ExecuteContract_FullMethodName
 		h = func(ctx context.Context, _ any) (any, error) {
-			res, err := s.l.Execute(ctx, wire.RequestFromAPI(c.Execute))
+			l, err := s.ledger()
+			if err != nil {
+				return fail(err)
+			}
+			res, err := l.Execute(ctx, wire.RequestFromAPI(c.Execute))
 			if err != nil {
 				return fail(err)
 			}
@@ -293,7 +308,11 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 	case *api.CallRequest_GetTxState:
 		method = api.Ledger_GetTxState_FullMethodName
 		h = func(ctx context.Context, _ any) (any, error) {
-			st, err := s.l.TxState(ctx, c.GetTxState.GetNonce())
+			l, err := s.readLedger(ctx)
+			if err != nil {
+				return fail(err)
+			}
+			st, err := l.TxState(ctx, c.GetTxState.GetNonce())
 			if err != nil {
 				return fail(err)
 			}
@@ -303,7 +322,7 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 	out, err := s.observe(ctx, req, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
 	if err != nil {
 		st := status.Convert(err)
-		r := &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind}}}
+		r := &api.CallReply{Id: req.Id, Result: &api.CallReply_Error{Error: &api.CallError{Code: int32(st.Code()), Message: st.Message(), Kind: kind, Leader: leader}}}
 		return sizedReply{r, proto.Size(r)}
 	}
 	r := out.(*api.CallReply)

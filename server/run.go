@@ -86,6 +86,10 @@ type Options struct {
 	Transport TransportLimits
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Cluster, if set, makes the server a member of a replicated cluster
+	// of embedded engines (ClusterOptions); Listen then defaults to the
+	// member's address among the peers.
+	Cluster *ClusterOptions
 }
 
 // TransportLimits bound what a client can make the server hold before any
@@ -164,7 +168,9 @@ type Running struct {
 	serving bool          // grpc.Serve owns the listener
 	closing chan struct{} // closed by stop: CallBatches streams wind down
 
-	recovery engine.RecoveryStats // the embedded engine's, at Open
+	recovery  engine.RecoveryStats // the embedded engine's, at Open
+	member    *member              // a cluster member's, or nil
+	memberErr error                // what closing it returned
 
 	stopOnce sync.Once
 	stopErr  error
@@ -181,6 +187,9 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:50051"
+		if o.Cluster != nil && o.Cluster.Peers[o.Cluster.NodeID] != "" {
+			o.Listen = o.Cluster.Peers[o.Cluster.NodeID]
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -192,6 +201,14 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		return nil, err
 	}
 	keyDir := filepath.Join(o.DataDir, "keys")
+	if o.Cluster != nil {
+		if o.Backend != "" && o.Backend != "engine" {
+			return nil, fmt.Errorf("server: a cluster member runs the embedded engine, not %q", o.Backend)
+		}
+		if err := checkClusterKeys(keyDir, o); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -214,8 +231,19 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 			r.close()
 		}
 	}()
-	switch o.Backend {
-	case "", "engine":
+	openLedger := func(b storage.Backend) (*ledger.Ledger, error) {
+		return ledger.Open(ctx, ledger.Config{Backend: b, Signer: signer, ProofVerifier: verifier, Secrets: box, Limits: o.Limits})
+	}
+	switch {
+	case o.Cluster != nil:
+		if r.member, err = openMember(o, func(b storage.Backend) (*ledger.Ledger, error) {
+			// The server's context may be gone by the time it leads.
+			return ledger.Open(context.Background(), ledger.Config{Backend: b, Signer: signer, ProofVerifier: verifier,
+				Secrets: box, Limits: o.Limits})
+		}); err != nil {
+			return nil, err
+		}
+	case o.Backend == "" || o.Backend == "engine":
 		cfg := o.Engine
 		cfg.Dir = filepath.Join(o.DataDir, "engine")
 		if cfg.Logf == nil { // recovery and checkpoints, for the operator
@@ -230,7 +258,7 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		r.Backend = db
 		r.recovery = db.Recovery()
 		reportRecovery(o.Logger, r.recovery)
-	case "postgres":
+	case o.Backend == "postgres":
 		if o.PostgresDSN == "" {
 			return nil, errors.New("server: the postgres backend needs a DSN")
 		}
@@ -242,9 +270,10 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	default:
 		return nil, fmt.Errorf("server: unknown backend %q (engine or postgres)", o.Backend)
 	}
-	if r.Ledger, err = ledger.Open(ctx, ledger.Config{Backend: r.Backend, Signer: signer, ProofVerifier: verifier,
-		Secrets: box, Limits: o.Limits}); err != nil {
-		return nil, err
+	if r.member == nil {
+		if r.Ledger, err = openLedger(r.Backend); err != nil {
+			return nil, err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -258,17 +287,28 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	// Stream workers reuse goroutines whose stacks have already grown to
 	// the depth of an execute; a fresh goroutine per call spent ~8% of the
 	// CPU copying stacks under load.
+	maxRecv, maxRequest := t.MaxRequestBytes, 0
+	if r.member != nil && maxRecv < peerBatchBytes {
+		// The peers' messages are larger; clients' are held to the bound
+		// as they are received (lenientRequest).
+		maxRecv, maxRequest = peerBatchBytes, t.MaxRequestBytes
+	}
 	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(body.stop, observe),
 		grpc.InTapHandle(body.start),
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 		grpc.MaxConcurrentStreams(uint32(t.MaxStreams)),
-		grpc.MaxRecvMsgSize(t.MaxRequestBytes),
+		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.IdleTimeout, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
 	r.closing = make(chan struct{})
-	register(r.grpc, &service{l: r.Ledger, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing})
+	svc := &service{l: r.Ledger, member: r.member, maxRequest: maxRequest, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing}
+	register(r.grpc, svc)
+	if r.member != nil {
+		r.member.tr.Register(r.grpc)
+		api.RegisterClusterServer(r.grpc, &clusterService{m: r.member, admin: svc.requireAdmin})
+	}
 	reflection.Register(r.grpc)
 	if r.lis, err = net.Listen("tcp", o.Listen); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -287,6 +327,9 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	}
 	r.serving = true
 	go func() { r.done <- r.grpc.Serve(r.lis) }()
+	if r.member != nil {
+		r.member.start()
+	}
 	o.Logger.Info("ledger server started", "addr", r.Addr(), "backend", backendName(o.Backend),
 		"proof_scheme", key.Scheme, "proof_key", key.Fingerprint, "registration", o.AdminToken != "")
 	return r, nil
@@ -309,6 +352,13 @@ func (r *Running) Stop(grace time.Duration) error {
 func (r *Running) stop(grace time.Duration) error {
 	stopped := make(chan struct{})
 	close(r.closing) // CallBatches streams end once their calls are answered
+	if r.member != nil {
+		// A member leaves its cluster first: its peers' streams would hold
+		// the graceful stop, and its clients' calls still running fail
+		// over to the next leader (a commit in flight is reported unknown,
+		// and the SDK finds out with the same nonce).
+		r.memberErr = r.member.close()
+	}
 	go func() { r.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
@@ -334,7 +384,41 @@ func (r *Running) close() error {
 	if r.Backend != nil {
 		errs = append(errs, r.Backend.Close())
 	}
+	if r.member != nil && !r.serving {
+		errs = append(errs, r.member.close())
+	}
+	errs = append(errs, r.memberErr)
 	return errors.Join(errs...)
+}
+
+// Failed is, for a cluster member, a channel that receives the error
+// that stopped it for good (its Raft log could not be made durable): the
+// server answers no more calls and must be stopped. nil for a single
+// server.
+func (r *Running) Failed() <-chan error {
+	if r.member == nil {
+		return nil
+	}
+	return r.member.failed
+}
+
+// InitKeys creates, in dataDir/keys, the proof key of scheme and the
+// secrets key, as Start does on a first start, keeping keys already there,
+// and returns the proof key's fingerprint. The members of a cluster share
+// these files.
+func InitKeys(dataDir string, scheme auth.Scheme) (string, error) {
+	dir := filepath.Join(dataDir, "keys")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("server: %w", err)
+	}
+	_, _, key, err := proofKey(dir, scheme)
+	if err != nil {
+		return "", err
+	}
+	if _, err := auth.LoadOrCreateSecretKey(filepath.Join(dir, "secrets.key")); err != nil {
+		return "", err
+	}
+	return key.Fingerprint, nil
 }
 
 // LoadProofVerifier loads, or creates, the proof key of a server whose

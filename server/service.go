@@ -23,7 +23,11 @@ import (
 // service implements api.LedgerServer over a ledger.
 type service struct {
 	api.UnimplementedLedgerServer
+	// l is the ledger of a single server; a cluster member's is its
+	// member's, while it leads (ledger).
 	l          *ledger.Ledger
+	member     *member
+	maxRequest int // 0, or the bound lenientRequest enforces
 	adminToken string
 	key        *api.LedgerKey
 	// observe wraps each call that arrives over the CallBatches stream as it
@@ -45,7 +49,7 @@ func register(s grpc.ServiceRegistrar, svc *service) {
 	for i := range desc.Methods {
 		h := desc.Methods[i].Handler
 		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(m any) error { return receiveRequest(dec, m.(proto.Message)) }, ic)
+			return h(srv, ctx, func(m any) error { return receiveRequest(dec, m.(proto.Message), svc.maxRequest) }, ic)
 		}
 	}
 	s.RegisterService(&desc, svc)
@@ -53,9 +57,10 @@ func register(s grpc.ServiceRegistrar, svc *service) {
 
 // receiveRequest receives a request message into m with recv (a stream's
 // RecvMsg, or a unary handler's decoding function): a message that does
-// not decode is INVALID_ARGUMENT (see lenientRequest).
-func receiveRequest(recv func(any) error, m proto.Message) error {
-	r := lenientRequest{m: m}
+// not decode is INVALID_ARGUMENT (see lenientRequest), and one over limit
+// bytes (when limit > 0) RESOURCE_EXHAUSTED.
+func receiveRequest(recv func(any) error, m proto.Message, limit int) error {
+	r := lenientRequest{m: m, limit: limit}
 	if err := recv(&r); err != nil {
 		return err
 	}
@@ -75,6 +80,10 @@ func receiveRequest(recv func(any) error, m proto.Message) error {
 type lenientRequest struct {
 	m   proto.Message
 	err error // why the message did not decode; nil if it did
+	// limit, if not 0, bounds the message's bytes: a cluster member's
+	// gRPC server takes its peers' larger messages, and holds its
+	// clients' to Transport.MaxRequestBytes here.
+	limit int
 }
 
 func (*lenientRequest) Reset()         {}
@@ -84,6 +93,10 @@ func (*lenientRequest) ProtoMessage()  {}
 // Unmarshal decodes b into r.m, which keeps no reference to b (grpc reuses
 // b's buffer).
 func (r *lenientRequest) Unmarshal(b []byte) error {
+	if r.limit > 0 && len(b) > r.limit {
+		r.err = status.Errorf(codes.ResourceExhausted, "the request is %d bytes, more than the %d this server takes", len(b), r.limit)
+		return nil
+	}
 	if err := proto.Unmarshal(b, r.m); err != nil {
 		r.err = status.Errorf(codes.InvalidArgument, "the request does not decode: %v", err)
 	}
@@ -106,28 +119,44 @@ func (s *service) requireAdmin(ctx context.Context) error {
 
 func (s *service) RegisterCertificate(ctx context.Context, r *api.RegisterCertificateRequest) (*api.RegisterReply, error) {
 	if err := s.requireAdmin(ctx); err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
 	}
-	return &api.RegisterReply{}, toStatus(ctx, s.l.RegisterCertificate(ctx, r.Entity, r.KeyVersion, []byte(r.CertificatePem)))
+	l, err := s.ledger()
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &api.RegisterReply{}, s.status(ctx, l.RegisterCertificate(ctx, r.Entity, r.KeyVersion, []byte(r.CertificatePem)))
 }
 
 func (s *service) RegisterSecret(ctx context.Context, r *api.RegisterSecretRequest) (*api.RegisterReply, error) {
 	if err := s.requireAdmin(ctx); err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
 	}
-	return &api.RegisterReply{}, toStatus(ctx, s.l.RegisterSecret(ctx, r.Entity, r.KeyVersion, r.Secret))
+	l, err := s.ledger()
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &api.RegisterReply{}, s.status(ctx, l.RegisterSecret(ctx, r.Entity, r.KeyVersion, r.Secret))
 }
 
 func (s *service) RegisterContract(ctx context.Context, r *api.RegisterContractRequest) (*api.RegisterReply, error) {
-	err := s.l.RegisterContract(ctx, &ledger.ContractRegistration{ID: r.ContractId, Source: r.Source,
+	l, err := s.ledger()
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	err = l.RegisterContract(ctx, &ledger.ContractRegistration{ID: r.ContractId, Source: r.Source,
 		Entity: r.Entity, KeyVersion: r.KeyVersion, Signature: r.Signature})
-	return &api.RegisterReply{}, toStatus(ctx, err)
+	return &api.RegisterReply{}, s.status(ctx, err)
 }
 
 func (s *service) ListContracts(ctx context.Context, _ *api.ListContractsRequest) (*api.ListContractsReply, error) {
-	cs, err := s.l.ListContracts(ctx)
+	l, err := s.readLedger(ctx)
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	cs, err := l.ListContracts(ctx)
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	out := &api.ListContractsReply{}
 	for _, c := range cs {
@@ -138,17 +167,25 @@ func (s *service) ListContracts(ctx context.Context, _ *api.ListContractsRequest
 }
 
 func (s *service) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*api.ExecuteReply, error) {
-	res, err := s.l.Execute(ctx, wire.RequestFromAPI(r))
+	l, err := s.ledger()
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	res, err := l.Execute(ctx, wire.RequestFromAPI(r))
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	return wire.ResultToAPI(res), nil
 }
 
 func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.GetAssetReply, error) {
-	page, err := s.l.History(ctx, r.Id, ledger.ScanRange{Start: r.StartAge, End: r.EndAge, Ascending: !r.Descending, Limit: int(r.Limit)})
+	l, err := s.readLedger(ctx)
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	page, err := l.History(ctx, r.Id, ledger.ScanRange{Start: r.StartAge, End: r.EndAge, Ascending: !r.Descending, Limit: int(r.Limit)})
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	out := &api.GetAssetReply{Limit: int32(page.Limit), Truncated: page.Truncated}
 	for _, v := range page.Versions {
@@ -158,25 +195,37 @@ func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.Ge
 }
 
 func (s *service) GetProof(ctx context.Context, r *api.GetProofRequest) (*api.Proof, error) {
-	p, err := s.l.Proof(ctx, r.Id, r.Age)
+	l, err := s.readLedger(ctx)
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	p, err := l.Proof(ctx, r.Id, r.Age)
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	return wire.ProofToAPI(p), nil
 }
 
 func (s *service) GetTxState(ctx context.Context, r *api.GetTxStateRequest) (*api.TxState, error) {
-	st, err := s.l.TxState(ctx, r.Nonce)
+	l, err := s.readLedger(ctx)
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	st, err := l.TxState(ctx, r.Nonce)
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	return wire.TxStateToAPI(st), nil
 }
 
 func (s *service) ValidateLedger(ctx context.Context, r *api.ValidateLedgerRequest) (*api.ValidateLedgerReply, error) {
-	v, err := s.l.ValidateLedger(ctx, r.Id, r.StartAge, r.EndAge)
+	l, err := s.readLedger(ctx)
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, s.status(ctx, err)
+	}
+	v, err := l.ValidateLedger(ctx, r.Id, r.StartAge, r.EndAge)
+	if err != nil {
+		return nil, s.status(ctx, err)
 	}
 	out := &api.ValidateLedgerReply{Id: v.ID, StartAge: v.Start, EndAge: v.End, Checked: int64(v.Checked), Ok: v.Fault == nil,
 		Truncated: v.Truncated}
@@ -190,6 +239,38 @@ func (s *service) GetLedgerKey(context.Context, *api.GetLedgerKeyRequest) (*api.
 	return s.key, nil
 }
 
+// ledger is the ledger calls go to: a cluster member's only while it
+// leads (else a *NotLeaderError).
+func (s *service) ledger() (*ledger.Ledger, error) {
+	if s.member == nil {
+		return s.l, nil
+	}
+	return s.member.ledger()
+}
+
+// readLedger is ledger for a read: a cluster member first confirms with
+// its peers that it still leads (member.confirm), so that a read never
+// misses a write another leader acknowledged.
+func (s *service) readLedger(ctx context.Context) (*ledger.Ledger, error) {
+	l, err := s.ledger()
+	if err == nil && s.member != nil {
+		err = s.member.confirm(ctx)
+	}
+	return l, err
+}
+
+// status is toStatus, with a member's leader hint on a refusal because it
+// does not lead (its engine's storage.ErrNotLeader included).
+func (s *service) status(ctx context.Context, err error) error {
+	if s.member != nil && errors.Is(err, storage.ErrNotLeader) {
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) {
+			err = s.member.notLeader(err)
+		}
+	}
+	return toStatus(ctx, err)
+}
+
 // toStatus maps an error to a gRPC status, and sets the error-kind trailer
 // for the ledger's own errors.
 func toStatus(ctx context.Context, err error) error {
@@ -201,7 +282,12 @@ func toStatus(ctx context.Context, err error) error {
 	}
 	code, kind := errorCode(err)
 	if kind != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.ErrorKindKey, kind))
+		md := metadata.Pairs(wire.ErrorKindKey, kind)
+		var nl *NotLeaderError
+		if errors.As(err, &nl) && nl.Address != "" {
+			md.Append(wire.LeaderKey, nl.Address)
+		}
+		_ = grpc.SetTrailer(ctx, md)
 	}
 	return status.Error(code, err.Error())
 }
@@ -219,6 +305,8 @@ func errorCode(err error) (codes.Code, string) {
 			code = codes.Canceled
 		case errors.Is(err, storage.ErrCommitUnknown):
 			code, kind = codes.Unknown, wire.KindCommitUnknown
+		case errors.Is(err, storage.ErrNotLeader):
+			code, kind = codes.Unavailable, wire.KindNotLeader
 		case errors.Is(err, storage.ErrUnavailable), errors.Is(err, storage.ErrClosed):
 			code = codes.Unavailable
 		case errors.Is(err, storage.ErrRetriesExhausted), errors.Is(err, storage.ErrConflict):

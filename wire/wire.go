@@ -31,6 +31,16 @@ const KindCommitUnknown = "commit_unknown"
 // sent again.
 const KindConflict = "conflict"
 
+// KindNotLeader is the trailer's kind, with UNAVAILABLE, of a call to a
+// member of a cluster that does not lead it (or stopped leading while the
+// call ran: a commit in flight then is KindCommitUnknown). Nothing was
+// done; LeaderKey names the leader's address if the member knows it.
+const KindNotLeader = "not_leader"
+
+// LeaderKey is the trailer that carries, with KindNotLeader, the address
+// of the member that leads.
+const LeaderKey = "kiroku-leader"
+
 // Code is the gRPC code a ledger error of kind travels with: Internal for
 // a kind it does not know, and for "" (not a ledger error), which the
 // server refines from the error itself.

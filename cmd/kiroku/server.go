@@ -28,6 +28,7 @@ func serverCmd() *cobra.Command {
 		logJSON        bool
 		cpus           string
 		addrFile       string
+		cl             clusterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -35,7 +36,15 @@ func serverCmd() *cobra.Command {
 		Long: `Runs the ledger over gRPC on --listen, with server reflection (grpcurl -plaintext ADDR list).
 Storage is the embedded engine in --data-dir by default, or PostgreSQL with --backend=postgres.
 Identity registration is enabled only with an administrator token (--admin-token-file, or the
-KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.`,
+KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
+
+With --node-id and --peers the server is one member of a replicated cluster: the embedded engine's
+log is replicated through Raft to every member, the member that leads executes every call, and the
+others apply the log and answer clients with the leader's address (the SDK and CLI follow it).
+Each member serves clients and its peers on its address in --peers. Every member needs the same
+keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys into each member's
+--data-dir before its first start. A member added later starts with --join and is added with
+'kiroku cluster add-node'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -72,6 +81,12 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 					return err
 				}
 			}
+			if o.Cluster, err = cl.options(); err != nil {
+				return err
+			}
+			if o.Cluster != nil && !cmd.Flags().Changed("listen") {
+				o.Listen = ""
+			}
 			ctx := cmd.Context()
 			r, err := server.Start(ctx, o)
 			if err != nil {
@@ -83,7 +98,11 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 					return errors.Join(fmt.Errorf("--addr-file: %w", err), r.Stop(10*time.Second))
 				}
 			}
-			<-ctx.Done()
+			var failed error
+			select {
+			case <-ctx.Done():
+			case failed = <-r.Failed():
+			}
 			o.Logger.Info("shutting down")
 			if addrFile != "" {
 				// Gone before the server is: a stale address would send the
@@ -92,7 +111,7 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 					o.Logger.Warn("removing the address file", "err", err)
 				}
 			}
-			return r.Stop(10 * time.Second)
+			return errors.Join(failed, r.Stop(10*time.Second))
 		},
 	}
 	f := cmd.Flags()
@@ -106,6 +125,7 @@ KIROKU_ADMIN_TOKEN environment variable). SIGINT or SIGTERM stops it gracefully.
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
 	f.StringVar(&addrFile, "addr-file", "", "once the server accepts connections, write its gRPC address to this file (whole: written aside, then renamed), for --listen with port 0; removed at shutdown")
+	cl.add(f)
 	f.StringVar(&cpus, "cpus", "", "run only on these CPUs (a list such as 0 or 0,2-3), with GOMAXPROCS to match")
 	f.IntVar(&o.Limits.MaxMemoryBytes, "max-contract-memory", 0,
 		"bytes one request's Starlark contracts may allocate, counted cumulatively, nested calls included (0: 64 MiB)")

@@ -23,8 +23,8 @@ type Config struct {
 	// Peers maps each other member's node id to its gRPC target address
 	// ("host:port"). It may list NodeID too (one map for the whole
 	// cluster); that address is not used. Traffic from a node not in
-	// Peers is refused (ErrUnknownPeer). Fixed for the Transport's life:
-	// a membership change makes a new Transport.
+	// Peers is refused (ErrUnknownPeer). Transport.AddPeer adds one later
+	// (a member added to the cluster).
 	Peers map[transport.NodeID]string
 	// QueueBytes bounds, per peer, the bytes of messages queued by Send
 	// and not yet taken by the peer's sender; Send returns ErrBackpressure

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -23,13 +25,18 @@ import (
 // sender goroutine per peer; Register puts its service on the node's gRPC
 // server; Close stops it.
 type Transport struct {
-	cfg     Config
-	h       transport.Handler
-	peers   map[transport.NodeID]*peer    // the peers we send to; fixed
-	inbound map[transport.NodeID]*inbound // the peers we accept; fixed
-	cancel  context.CancelFunc            // ends the senders' context
-	senders sync.WaitGroup                // senders and their stream watchers
-	streams atomic.Uint64                 // the last inbound stream token given
+	cfg Config
+	h   transport.Handler
+	// pmu guards peers and inbound: the peers we send to and accept,
+	// Config.Peers and those AddPeer added.
+	pmu     sync.RWMutex
+	peers   map[transport.NodeID]*peer
+	inbound map[transport.NodeID]*inbound
+	opts    []grpc.DialOption
+	ctx     context.Context    // the senders' context
+	cancel  context.CancelFunc // ends it
+	senders sync.WaitGroup     // senders and their stream watchers
+	streams atomic.Uint64      // the last inbound stream token given
 	closing atomic.Bool
 
 	mu struct {
@@ -83,28 +90,64 @@ func New(cfg Config, h transport.Handler) (*Transport, error) {
 			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout}))
 	}
 	opts = append(opts, cfg.DialOptions...)
+	t.opts = opts
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for id, addr := range cfg.Peers {
 		if id == cfg.NodeID {
 			continue
 		}
-		t.inbound[id] = &inbound{}
-		conn, err := grpc.NewClient(addr, opts...)
-		if err != nil {
-			for _, p := range t.peers {
-				_ = p.conn.Close()
-			}
-			return nil, fmt.Errorf("%w: grpcnet: peer %d at %q: %w", transport.ErrConfig, id, addr, err)
+		if err := t.AddPeer(id, addr); err != nil {
+			t.Close()
+			return nil, err
 		}
-		t.peers[id] = &peer{id: id, conn: conn, client: api.NewPeerClient(conn), wake: make(chan struct{}, 1),
-			rng: rand.New(rand.NewPCG(uint64(cfg.NodeID), uint64(id)))}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
-	for _, p := range t.peers {
-		t.senders.Add(1)
-		go t.runSender(ctx, p)
 	}
 	return t, nil
+}
+
+// AddPeer adds peer id at addr to those the transport sends to and
+// accepts traffic from (a member added to the cluster). Adding a peer it
+// has at the same address does nothing; at another address it is
+// transport.ErrConfig.
+func (t *Transport) AddPeer(id transport.NodeID, addr string) error {
+	if id == 0 || id == t.cfg.NodeID {
+		return fmt.Errorf("%w: grpcnet: node %d cannot add peer %d", transport.ErrConfig, t.cfg.NodeID, id)
+	}
+	t.pmu.Lock()
+	defer t.pmu.Unlock()
+	if t.closing.Load() {
+		return transport.ErrClosed
+	}
+	if p := t.peers[id]; p != nil {
+		if p.addr != addr {
+			return fmt.Errorf("%w: grpcnet: peer %d is at %q, not %q", transport.ErrConfig, id, p.addr, addr)
+		}
+		return nil
+	}
+	conn, err := grpc.NewClient(addr, t.opts...)
+	if err != nil {
+		return fmt.Errorf("%w: grpcnet: peer %d at %q: %w", transport.ErrConfig, id, addr, err)
+	}
+	p := &peer{id: id, addr: addr, conn: conn, client: api.NewPeerClient(conn), wake: make(chan struct{}, 1),
+		rng: rand.New(rand.NewPCG(uint64(t.cfg.NodeID), uint64(id)))}
+	t.peers[id] = p
+	t.inbound[id] = &inbound{}
+	t.senders.Add(1)
+	go t.runSender(t.ctx, p)
+	return nil
+}
+
+// peer returns peer id, or nil.
+func (t *Transport) peer(id transport.NodeID) *peer {
+	t.pmu.RLock()
+	defer t.pmu.RUnlock()
+	return t.peers[id]
+}
+
+// inboundOf returns what the transport keeps of peer id's traffic, or nil.
+func (t *Transport) inboundOf(id transport.NodeID) *inbound {
+	t.pmu.RLock()
+	defer t.pmu.RUnlock()
+	return t.inbound[id]
 }
 
 // Register puts the transport's service on s, the node's gRPC server,
@@ -125,7 +168,7 @@ func (t *Transport) Send(to transport.NodeID, msgs ...[]byte) error {
 	if t.closing.Load() {
 		return transport.ErrClosed
 	}
-	p := t.peers[to]
+	p := t.peer(to)
 	if p == nil {
 		return fmt.Errorf("%w: node %d has no peer %d", transport.ErrUnknownPeer, t.cfg.NodeID, to)
 	}
@@ -167,7 +210,7 @@ func (t *Transport) track(parent context.Context) (context.Context, func(), erro
 // Call sends req to peer to's Handler.Serve as a unary RPC; see
 // transport.Transport. req must fit in BatchBytes (encoded).
 func (t *Transport) Call(ctx context.Context, to transport.NodeID, req []byte) ([]byte, error) {
-	p := t.peers[to]
+	p := t.peer(to)
 	if p == nil {
 		return nil, fmt.Errorf("%w: node %d has no peer %d", transport.ErrUnknownPeer, t.cfg.NodeID, to)
 	}
@@ -192,7 +235,7 @@ func (t *Transport) Call(ctx context.Context, to transport.NodeID, req []byte) (
 // the stream is cancelled (the receiver's reader fails) and SendStream
 // returns r's error.
 func (t *Transport) SendStream(ctx context.Context, to transport.NodeID, r io.Reader) error {
-	p := t.peers[to]
+	p := t.peer(to)
 	if p == nil {
 		return fmt.Errorf("%w: node %d has no peer %d", transport.ErrUnknownPeer, t.cfg.NodeID, to)
 	}
@@ -254,10 +297,14 @@ func (t *Transport) Close() error {
 		t.mu.idle.Wait()
 	}
 	t.mu.Unlock()
+	// AddPeer checks closing under pmu: past this point it adds no sender.
+	t.pmu.Lock()
+	peers := slices.Collect(maps.Values(t.peers))
+	t.pmu.Unlock()
 	t.cancel()
 	t.senders.Wait()
 	var errs []error
-	for _, p := range t.peers {
+	for _, p := range peers {
 		if err := p.conn.Close(); err != nil {
 			errs = append(errs, err)
 		}

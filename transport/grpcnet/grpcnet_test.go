@@ -583,3 +583,40 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("New with a nil handler = %v", err)
 	}
 }
+
+// TestAddPeer: a node accepts traffic only from the peers it knows; once
+// it adds a peer, that peer's messages arrive and it can send to it. A
+// peer added again at another address is refused.
+func TestAddPeer(t *testing.T) {
+	rec := &transporttest.Recorder{}
+	nodes := start(t, spec{h: &transporttest.Recorder{}}, spec{h: rec, tweak: func(c *grpcnet.Config, addrs map[transport.NodeID]string) {
+		delete(c.Peers, 1) // node 2 does not know node 1 yet
+	}})
+	a, b := nodes[0], nodes[1]
+	if err := b.tr.Send(1, []byte("x")); !errors.Is(err, transport.ErrUnknownPeer) {
+		t.Fatalf("sending to an unknown peer: %v, want ErrUnknownPeer", err)
+	}
+	if _, err := a.tr.Call(context.Background(), 2, []byte("q")); !errors.Is(err, transport.ErrUnknownPeer) {
+		t.Fatalf("a call from a peer the receiver does not know: %v, want its refusal", err)
+	}
+	if err := b.tr.AddPeer(1, a.addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.tr.AddPeer(1, a.addr); err != nil {
+		t.Fatalf("adding a peer again at its address: %v", err)
+	}
+	if err := b.tr.AddPeer(1, "127.0.0.1:1"); !errors.Is(err, transport.ErrConfig) {
+		t.Fatalf("adding a peer at another address: %v, want ErrConfig", err)
+	}
+	if err := a.tr.Send(2, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); rec.Count(1) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the added peer's message did not arrive")
+		}
+	}
+	if err := b.tr.Send(1, []byte("back")); err != nil {
+		t.Fatalf("sending to the added peer: %v", err)
+	}
+}

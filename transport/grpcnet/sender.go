@@ -19,6 +19,7 @@ import (
 // messages, and (in runSender) the one goroutine that sends them.
 type peer struct {
 	id     transport.NodeID
+	addr   string
 	conn   *grpc.ClientConn
 	client api.PeerClient
 	wake   chan struct{} // capacity 1: something was queued

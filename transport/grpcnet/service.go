@@ -36,14 +36,36 @@ func (s *service) Messages(stream api.Peer_MessagesServer) error {
 	if err != nil {
 		return toStatus(err)
 	}
-	in := t.inbound[from]
+	in := t.inboundOf(from)
 	token := t.streams.Add(1)
 	in.mu.Lock()
 	in.latest = token
 	in.mu.Unlock()
+	// The stream lasts as long as the peer keeps it, unless the transport
+	// closes first: Close then ends it (its Recv would wait for the peer).
+	tctx, done, err := t.track(stream.Context())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer done()
 	if err := stream.SendHeader(metadata.Pairs(mdAccepted, "1")); err != nil {
 		return err
 	}
+	ended := make(chan error, 1)
+	go func() { ended <- t.receive(stream, in, token, from) }()
+	select {
+	case err := <-ended:
+		return err
+	case <-tctx.Done():
+		if t.closing.Load() {
+			return toStatus(transport.ErrClosed)
+		}
+		return <-ended
+	}
+}
+
+// receive delivers what a Messages stream carries until it ends.
+func (t *Transport) receive(stream api.Peer_MessagesServer, in *inbound, token uint64, from transport.NodeID) error {
 	for {
 		b, err := stream.Recv()
 		if err == io.EOF {

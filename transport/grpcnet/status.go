@@ -120,7 +120,7 @@ func (t *Transport) admit(ctx context.Context) (transport.NodeID, error) {
 			t.cfg.ClusterID, c)
 	}
 	from, err := strconv.ParseUint(one(mdFrom), 10, 64)
-	if _, ok := t.inbound[transport.NodeID(from)]; err != nil || !ok {
+	if err != nil || t.inboundOf(transport.NodeID(from)) == nil {
 		return 0, fmt.Errorf("%w: node %d does not know node %q", transport.ErrUnknownPeer, t.cfg.NodeID, one(mdFrom))
 	}
 	if to := one(mdTo); to != strconv.FormatUint(uint64(t.cfg.NodeID), 10) {
