@@ -359,29 +359,7 @@ func clusterViews(ctx context.Context, addrs []string) []nodeView {
 		}
 		views = append(views, v)
 	}
-	// Lag as the leader of the highest term sees it.
-	var lead *api.ClusterStatus
-	for _, v := range views {
-		if s := v.Status; s != nil && s.Role == "leader" && (lead == nil || s.Term > lead.Term) {
-			lead = s
-		}
-	}
-	if lead != nil {
-		for i, v := range views {
-			if v.Status == nil {
-				continue
-			}
-			for _, m := range lead.Members {
-				if m.Id == v.Status.NodeId {
-					lag := lead.LastIndex - min(m.Match, lead.LastIndex)
-					if m.Id == lead.NodeId {
-						lag = 0
-					}
-					views[i].Lag = &lag
-				}
-			}
-		}
-	}
+	setLag(views)
 	slices.SortFunc(views, func(a, b nodeView) int {
 		switch {
 		case a.Status == nil && b.Status == nil:
@@ -394,6 +372,34 @@ func clusterViews(ctx context.Context, addrs []string) []nodeView {
 		return int(a.Status.NodeId) - int(b.Status.NodeId)
 	})
 	return views
+}
+
+// setLag fills in each member's lag as the leader of the highest term
+// sees it: the entries of its log not yet known to be in the member's.
+func setLag(views []nodeView) {
+	var lead *api.ClusterStatus
+	for _, v := range views {
+		if s := v.Status; s != nil && s.Role == "leader" && (lead == nil || s.Term > lead.Term) {
+			lead = s
+		}
+	}
+	if lead == nil {
+		return
+	}
+	for i, v := range views {
+		if v.Status == nil {
+			continue
+		}
+		for _, m := range lead.Members {
+			if m.Id == v.Status.NodeId {
+				lag := lead.LastIndex - min(m.Match, lead.LastIndex)
+				if m.Id == lead.NodeId {
+					lag = 0
+				}
+				views[i].Lag = &lag
+			}
+		}
+	}
 }
 
 func printViews(w io.Writer, views []nodeView) {

@@ -39,7 +39,10 @@ def invoke(ledger, args):
 `
 
 func demoCmd() *cobra.Command {
-	var dataDir string
+	var (
+		dataDir string
+		cluster bool
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a ledger server on the embedded engine and walk through contracts, proofs, validation and tamper detection",
@@ -53,10 +56,14 @@ func demoCmd() *cobra.Command {
 				defer os.RemoveAll(tmp)
 				dataDir = tmp
 			}
+			if cluster {
+				return runClusterDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
+			}
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory (default: a temporary one, removed afterwards)")
+	cmd.Flags().BoolVar(&cluster, "cluster", false, "start three server processes as a cluster, kill the leader with SIGKILL, and show the failover and the catch-up")
 	return cmd
 }
 
