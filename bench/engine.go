@@ -96,6 +96,13 @@ type EngineResult struct {
 	// committed transaction (Raft's entry framing not counted).
 	Replicas              int     `json:"replicas,omitempty"`
 	ReplicatedBytesPerTxn float64 `json:"replicated_bytes_per_txn,omitempty"`
+	// CPUByMember, with Replicas, divides CPUMicros among the members
+	// (by their ids; the leader's is the one whose engine the clients
+	// call) and the clients' goroutines (""), from a CPU profile of the
+	// measured window (sampled: the parts add up to about CPUMicros).
+	CPUByMember map[string]float64 `json:"cpu_us_per_txn_by_member,omitempty"`
+	// Leader is the id of the member that led.
+	Leader uint64 `json:"leader,omitempty"`
 	// DiskLoad is the run's background writes, if it had them.
 	DiskLoad *DiskLoad `json:"disk_load,omitempty"`
 	// With Recovery:
@@ -201,8 +208,17 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	}
 	defer stopLoad()
 	cpuClock := CPUClock()
+	var prof *labelProfile
+	if ld.silos != nil {
+		// Another profile may be running (kiroku bench --cpuprofile): the
+		// split by member is then left out.
+		prof, _ = startLabelProfile(replication.MemberLabel)
+	}
 	cpu0, err := cpuClock()
 	if err != nil {
+		if prof != nil {
+			_, _ = prof.stop()
+		}
 		return res, err
 	}
 	io0 := diskWriteBytes()
@@ -316,6 +332,12 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	if err != nil {
 		fail(err)
 	}
+	var byMember map[string]float64
+	if prof != nil {
+		if byMember, err = prof.stop(); err != nil {
+			fail(err)
+		}
+	}
 	res.DiskWriteRate = -1
 	if io0 >= 0 && io1 >= 0 {
 		res.DiskWriteRate = float64(io1-io0) / elapsed.Seconds()
@@ -367,6 +389,13 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (EngineResult, error) {
 	res.SyncTxnPerSec = float64(syncDone.Load()) / res.Seconds
 	if res.Committed > 0 {
 		res.CPUMicros = float64((cpu1 - cpu0).Microseconds()) / float64(res.Committed)
+		if byMember != nil {
+			res.CPUByMember = map[string]float64{}
+			for m, sec := range byMember {
+				res.CPUByMember[m] = sec * 1e6 / float64(res.Committed)
+			}
+			res.Leader = ld.leaderID
+		}
 		res.ReplicatedBytesPerTxn = float64(replicated) / float64(res.Committed)
 	}
 	lat := hdrhistogram.New(1, 60_000_000, 3)
@@ -442,6 +471,7 @@ type loaded struct {
 	db          *engine.DB
 	silos       *replication.LocalSilos // with Replicas: the group db leads
 	leader      *replication.Silo
+	leaderID    uint64
 	h           *engine.TableHandle
 	values      []engine.RawRow // a pool of rows: rows are immutable once written
 	loadSeconds float64
@@ -490,12 +520,12 @@ func loadReplicated(ctx context.Context, cfg EngineConfig, ecfg engine.Config) (
 	if err != nil {
 		return nil, err
 	}
-	_, leader, err := silos.Leader(20 * time.Second)
+	id, leader, err := silos.Leader(20 * time.Second)
 	if err != nil {
 		silos.Close()
 		return nil, err
 	}
-	ld := &loaded{cfg: cfg, db: leader.DB(), silos: silos, leader: leader}
+	ld := &loaded{cfg: cfg, db: leader.DB(), silos: silos, leader: leader, leaderID: id}
 	if err := ld.load(ctx); err != nil {
 		silos.Close()
 		return nil, err

@@ -1,10 +1,12 @@
 package replication
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -68,8 +70,19 @@ func StartLocalSilosWith(n int, dir string, cfg SiloConfig) (*LocalSilos, error)
 // Peers are the members' ids.
 func (c *LocalSilos) Peers() []uint64 { return c.peers }
 
-// Start starts member id (again).
-func (c *LocalSilos) Start(id uint64) error {
+// MemberLabel is the profiler label (runtime/pprof) every goroutine of a
+// LocalSilos member carries, with the member's id as its value: a CPU
+// profile of the process then tells the members' work apart.
+const MemberLabel = "kiroku_member"
+
+// Start starts member id (again). Every goroutine it starts, and every
+// goroutine those start, carries MemberLabel.
+func (c *LocalSilos) Start(id uint64) (err error) {
+	pprof.Do(context.Background(), pprof.Labels(MemberLabel, fmt.Sprint(id)), func(context.Context) { err = c.start(id) })
+	return err
+}
+
+func (c *LocalSilos) start(id uint64) error {
 	dir := filepath.Join(c.dir, fmt.Sprint(id))
 	nc, ec := c.node, c.eng
 	nc.ID, nc.Peers, nc.Dir = id, c.peers, dir

@@ -3,10 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -181,6 +183,20 @@ loading the checkpoint and replaying the run's log.`,
 						100*r.TxnPerSec/medians[1].TxnPerSec, 100*(r.CPUMicros/medians[1].CPUMicros-1))
 				}
 				fmt.Fprintln(out)
+				if len(r.CPUByMember) > 0 {
+					fmt.Fprintf(out, "CPU µs per transaction by member (from a CPU profile):")
+					for _, m := range slices.Sorted(maps.Keys(r.CPUByMember)) {
+						name := "clients"
+						switch {
+						case m == strconv.FormatUint(r.Leader, 10):
+							name = "member " + m + " (leader)"
+						case m != "":
+							name = "member " + m
+						}
+						fmt.Fprintf(out, " %s %.2f;", name, r.CPUByMember[m])
+					}
+					fmt.Fprintln(out)
+				}
 				return nil
 			}
 			if len(medians) >= 2 && medians[1].TxnPerSec > 0 {
