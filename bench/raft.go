@@ -1,14 +1,19 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -422,4 +427,136 @@ func failoverOnce(ctx context.Context, c *raftCluster) (time.Duration, error) {
 		}
 	}
 	return 0, errors.New("bench: no put acknowledged within 30 s of the leader's death")
+}
+
+// EtcdPeerConfig is the etcd side of RunRaft's comparison: the program
+// bench/etcdpeer, a module of its own (so that etcd stays out of kiroku's
+// go.mod), starts Members embedded etcd members on loopback in one process
+// and has clients put through the leader with etcd's client library.
+type EtcdPeerConfig struct {
+	Members    int
+	Clients    []int
+	ValueSizes []int
+	KeySize    int
+	Warmup     time.Duration
+	Duration   time.Duration
+	Dir        string // parent of the members' directories; "" is the temp dir
+}
+
+// EtcdPoint is one run of the etcd peer. Its figures mean what RaftPoint's
+// do: puts acknowledged to clients that each wait for their put, and the
+// CPU time of the whole process (every member and every client) per put.
+type EtcdPoint struct {
+	System    string  `json:"system"`
+	Version   string  `json:"version"`
+	Members   int     `json:"members"`
+	Clients   int     `json:"clients"`
+	Conns     int     `json:"conns"`
+	ValueSize int     `json:"value_size"`
+	KeySize   int     `json:"key_size"`
+	Puts      int64   `json:"puts"`
+	Errors    int64   `json:"errors"`
+	PutsPerS  float64 `json:"puts_per_s"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+	CPUus     float64 `json:"cpu_us_per_put"`
+}
+
+// etcdPeerModule is the module path of bench/etcdpeer/go.mod.
+const etcdPeerModule = "github.com/kiroku-db/kiroku/bench/etcdpeer"
+
+// FindEtcdPeer returns the directory of the module bench/etcdpeer: dir
+// itself if it is not "", else the one in the kiroku checkout that holds
+// the working directory, else the one beside this package's source as it
+// was compiled (which `go run ./cmd/kiroku` from anywhere in the checkout
+// finds).
+func FindEtcdPeer(dir string) (string, error) {
+	isPeer := func(d string) bool {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		return err == nil && bytes.HasPrefix(b, []byte("module "+etcdPeerModule+"\n"))
+	}
+	if dir != "" {
+		if !isPeer(dir) {
+			return "", fmt.Errorf("bench: %s is not the module %s", dir, etcdPeerModule)
+		}
+		return dir, nil
+	}
+	var tried []string
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if c := filepath.Join(d, "bench", "etcdpeer"); isPeer(c) {
+				return c, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+		tried = append(tried, "above "+wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		c := filepath.Join(filepath.Dir(file), "etcdpeer")
+		if isPeer(c) {
+			return c, nil
+		}
+		tried = append(tried, c)
+	}
+	return "", fmt.Errorf("bench: the module bench/etcdpeer is not in a kiroku checkout %s; run from one, or name it", strings.Join(tried, " nor "))
+}
+
+// BuildEtcdPeer builds the program of module directory dir with the go
+// command into a fresh temporary directory, and returns the binary and a
+// function that removes it. The first build downloads etcd's modules and
+// takes a minute or so on two cores; later ones come from Go's cache.
+func BuildEtcdPeer(ctx context.Context, dir string) (bin string, remove func(), err error) {
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: building the etcd peer needs the go command: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "kiroku-etcdpeer-")
+	if err != nil {
+		return "", nil, err
+	}
+	remove = func() { os.RemoveAll(tmp) }
+	bin = filepath.Join(tmp, "etcdpeer")
+	cmd := exec.CommandContext(ctx, gocmd, "build", "-o", bin, ".")
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		remove()
+		msg := strings.TrimSpace(out.String())
+		if len(msg) > 2000 {
+			msg = "…" + msg[len(msg)-2000:]
+		}
+		return "", nil, fmt.Errorf("bench: go build in %s: %w\n%s", dir, err, msg)
+	}
+	return bin, remove, nil
+}
+
+// RunEtcdPeer runs the etcd peer's binary bin (see BuildEtcdPeer) on cfg
+// and returns its points. Its progress goes to progress.
+func RunEtcdPeer(ctx context.Context, bin string, cfg EtcdPeerConfig, progress io.Writer) ([]EtcdPoint, error) {
+	list := func(ns []int) string {
+		s := make([]string, len(ns))
+		for i, n := range ns {
+			s[i] = strconv.Itoa(n)
+		}
+		return strings.Join(s, ",")
+	}
+	args := []string{"--members", strconv.Itoa(cfg.Members), "--clients", list(cfg.Clients), "--value-sizes", list(cfg.ValueSizes),
+		"--key-size", strconv.Itoa(cfg.KeySize), "--warmup", cfg.Warmup.String(), "--duration", cfg.Duration.String(), "--json"}
+	if cfg.Dir != "" {
+		args = append(args, "--dir", cfg.Dir)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, progress
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("bench: the etcd peer: %w", err)
+	}
+	var points []EtcdPoint
+	if err := json.Unmarshal(out.Bytes(), &points); err != nil {
+		return nil, fmt.Errorf("bench: the etcd peer's output: %w", err)
+	}
+	return points, nil
 }
