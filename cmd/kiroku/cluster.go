@@ -44,8 +44,8 @@ func (c *clusterFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&c.peers, "peers", "", "the cluster's members: ID=HOST:PORT,... (each member serves clients and peers there)")
 	f.StringVar(&c.clusterID, "cluster-id", "kiroku", "the cluster's name; a member refuses another cluster's directory and traffic")
 	f.BoolVar(&c.join, "join", false, "join a running cluster (it is added with 'kiroku cluster add-node') instead of starting one")
-	f.StringVar(&c.sync, "raft-sync", "count:10", "when a member makes its Raft log durable: batch, count:N (one fsync per N entries, or 2 ms), count:N:WAIT, or group:WINDOW; "+
-		"acknowledgements wait for the fsync under each")
+	f.StringVar(&c.sync, "raft-sync", "batch", "when a member makes its Raft log durable: batch (one fsync for what is pending when the last ends), count:N (one fsync per N entries, or 2 ms), "+
+		"count:N:WAIT, or group:WINDOW; acknowledgements wait for the fsync under each")
 	f.DurationVar(&c.tick, "raft-tick", 100*time.Millisecond, "one Raft tick; elections follow 10 to 20 ticks without a leader")
 }
 
