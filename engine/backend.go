@@ -605,7 +605,7 @@ func (t *Txn) Abort(ctx context.Context) error {
 	return nil
 }
 
-// ---- storage.Store: single operations as transactions ---------------------------
+// ---- storage.Ops: single operations as transactions ---------------------------
 
 // Get reads the latest committed row and returns it once it is durable.
 func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
@@ -713,7 +713,7 @@ var (
 // epoch is at least that of every version it read), so its own durable wait
 // covers the effect; a failed log fails every later commit; and the
 // database dies with the process that used it.
-func (db *DB) Unsynced() storage.Store { return unsyncedView{db} }
+func (db *DB) Unsynced() storage.Ops { return unsyncedView{db} }
 
 // Shared implements storage.Exclusive: an open engine is the only
 // reader and writer of its directory (lockDir). Concurrent first calls for

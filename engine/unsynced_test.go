@@ -44,11 +44,11 @@ func openTable(t *testing.T, cfg engine.Config, tbl *storage.Table) *engine.DB {
 	return db
 }
 
-func putKV(ctx context.Context, s storage.Store, k, v int64) error {
+func putKV(ctx context.Context, s storage.Ops, k, v int64) error {
 	return s.Put(ctx, &storage.Put{Namespace: "u", Table: "kv", Partition: key(int(k)), Values: storage.Values{"v": storage.BigInt(v)}})
 }
 
-func getKV(ctx context.Context, s storage.Store, k int64) (int64, error) {
+func getKV(ctx context.Context, s storage.Ops, k int64) (int64, error) {
 	row, ok, err := s.Get(ctx, &storage.Get{Namespace: "u", Table: "kv", Partition: key(int(k))})
 	if err != nil || !ok {
 		return 0, err
@@ -83,7 +83,7 @@ func TestUnsyncedReturnsBeforeDurable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	u := storage.Unsynced(db)
-	if u == storage.Store(db) {
+	if u == storage.Ops(db) {
 		t.Fatal("the engine offers no unsynced view")
 	}
 
@@ -245,7 +245,7 @@ func unsyncedPrefixSeed(t *testing.T, seed uint64) bool {
 
 // readKV reads register k through s with a get, or with a scan of its
 // partition.
-func readKV(ctx context.Context, s storage.Store, k int64, scan bool) (int64, error) {
+func readKV(ctx context.Context, s storage.Ops, k int64, scan bool) (int64, error) {
 	if !scan {
 		return getKV(ctx, s, k)
 	}

@@ -57,7 +57,7 @@ import (
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/storage"
-	"github.com/kiroku-db/kiroku/storage/postgres"
+	"github.com/kiroku-db/kiroku/storage/backends"
 )
 
 // Options configure Start.
@@ -67,7 +67,8 @@ type Options struct {
 	DataDir string
 	// Listen is the gRPC address; "" means 127.0.0.1:50051, port 0 picks one.
 	Listen string
-	// Backend is "engine" (default) or "postgres".
+	// Backend names a backend of package backends: "engine" (default) or
+	// "postgres".
 	Backend string
 	// PostgresDSN is the database for the postgres backend.
 	PostgresDSN string
@@ -243,32 +244,24 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		}); err != nil {
 			return nil, err
 		}
-	case o.Backend == "" || o.Backend == "engine":
-		cfg := o.Engine
-		cfg.Dir = filepath.Join(o.DataDir, "engine")
-		if cfg.Logf == nil { // recovery and checkpoints, for the operator
-			cfg.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
-		}
-		// Through a typed local: a failed Open's nil *engine.DB must not
-		// become a non-nil storage.Backend that close then calls.
-		db, err := engine.Open(cfg)
-		if err != nil {
-			return nil, err
-		}
-		r.Backend = db
-		r.recovery = db.Recovery()
-		reportRecovery(o.Logger, r.recovery)
-	case o.Backend == "postgres":
-		if o.PostgresDSN == "" {
-			return nil, errors.New("server: the postgres backend needs a DSN")
-		}
-		pg, err := postgres.Open(ctx, postgres.Config{DSN: o.PostgresDSN})
-		if err != nil {
-			return nil, err
-		}
-		r.Backend = pg
 	default:
-		return nil, fmt.Errorf("server: unknown backend %q (engine or postgres)", o.Backend)
+		name := o.Backend
+		if name == "" {
+			name = "engine"
+		}
+		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN}
+		if cfg.Engine.Logf == nil { // recovery and checkpoints, for the operator
+			cfg.Engine.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
+		}
+		b, err := backends.Open(ctx, name, cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.Backend = b
+		if db, ok := b.(*engine.DB); ok {
+			r.recovery = db.Recovery()
+			reportRecovery(o.Logger, r.recovery)
+		}
 	}
 	if r.member == nil {
 		if r.Ledger, err = openLedger(r.Backend); err != nil {

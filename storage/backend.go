@@ -29,10 +29,11 @@ type Admin interface {
 	ListTables(ctx context.Context, namespace string) ([]string, error)
 }
 
-// Store is the non-transactional interface of Apollo Storage: single-row
-// reads and writes and single-partition scans and batches. Each call is
-// atomic and linearizable on its own; for more, use a Txn.
-type Store interface {
+// Ops are the single operations of Apollo Storage's multi-dimensional map:
+// single-row reads and conditional writes, and single-partition scans and
+// batches. Each call is atomic and linearizable on its own; for more, use
+// a Txn.
+type Ops interface {
 	// Get returns the row and true, or false if it does not exist.
 	Get(ctx context.Context, g *Get) (Row, bool, error)
 	// Scan streams the rows of one partition. The caller must Close the Rows.
@@ -80,18 +81,27 @@ type Txn interface {
 	Abort(ctx context.Context) error
 }
 
-// Backend is a store with its admin and transactions. A Backend is safe for
-// concurrent use.
-type Backend interface {
+// Store is what every database kiroku runs on provides natively: its
+// schemas (Admin) and the single operations (Ops). It is the interface a
+// backend must implement. A Store is safe for concurrent use.
+type Store interface {
 	Admin
+	Ops
+	// Limits returns the size limits in force.
+	Limits() Limits
+	// Close releases the store's resources. Open Rows (and, on a Backend,
+	// Txns) must be finished first.
+	Close() error
+}
+
+// Backend is a Store with strictly serializable multi-partition
+// transactions: natively (the embedded engine, PostgreSQL), or from a
+// coordinator built over a Store that has none. The ledger and the
+// Validator need one. A Backend is safe for concurrent use.
+type Backend interface {
 	Store
 	// Begin starts a transaction.
 	Begin(ctx context.Context) (Txn, error)
-	// Limits returns the size limits in force.
-	Limits() Limits
-	// Close releases the backend's resources. Open Rows and Txns must be
-	// finished first.
-	Close() error
 }
 
 // Unsyncer is implemented by a backend that can return from a call once its
@@ -114,12 +124,12 @@ type Backend interface {
 // process and a failed log fails every later commit). A server backend
 // whose restart survives its clients must not implement it.
 type Unsyncer interface {
-	Unsynced() Store
+	Unsynced() Ops
 }
 
 // Unsynced returns b's unsynced view if it has one, and b itself (every
 // call durable) otherwise.
-func Unsynced(b Store) Store {
+func Unsynced(b Ops) Ops {
 	if u, ok := b.(Unsyncer); ok {
 		return u.Unsynced()
 	}

@@ -21,7 +21,7 @@
 //
 // # Operations
 //
-// Store has the single-partition operations of Apollo Storage: Get a row by
+// Ops are the single-partition operations of Apollo Storage: Get a row by
 // its full key; Scan one partition between optional bounds on a prefix of
 // the clustering key, in clustering order or its reverse, with a limit;
 // Put (an upsert of the named value columns); Delete; and Mutate, several
@@ -42,7 +42,11 @@
 //
 // Transactions (Txn, and the Update helper that retries conflicts) are
 // strictly serializable, phantoms included: a transaction that scanned a
-// range conflicts with one that inserted into it.
+// range conflicts with one that inserted into it. They are a capability:
+// a Store (schemas and the single operations) is what every database has
+// natively and what a backend must provide; a Backend is a Store with
+// transactions, native (the embedded engine, PostgreSQL) or built over a
+// Store that has none.
 //
 // # Bad input
 //
@@ -78,6 +82,8 @@
 //
 // # Backends
 //
-// Backends live in sub-packages (postgres; the embedded engine and Cassandra
-// follow) and must pass the conformance suite in storagetest.
+// Backends live in sub-packages (postgres; the embedded engine in engine;
+// Cassandra to follow) and must pass the conformance suite in storagetest:
+// its store part (storagetest.RunStore) for every Store, the whole of it
+// (storagetest.Run) for every Backend.
 package storage

@@ -61,7 +61,7 @@ func (c ClockConfig) withDefaults() (ClockConfig, error) {
 // because every write is conditional on the stored value being smaller.
 // It is safe for concurrent use.
 type Clock struct {
-	db   storage.Store
+	db   storage.Ops
 	ns   string
 	cfg  ClockConfig
 	next atomic.Uint64 // round-robin over the counters
@@ -148,7 +148,7 @@ type reservation struct {
 // never used, which costs nothing.
 const reserveAhead = 1 << 12
 
-func newClock(ctx context.Context, db storage.Store, ns string, cfg ClockConfig) (*Clock, error) {
+func newClock(ctx context.Context, db storage.Ops, ns string, cfg ClockConfig) (*Clock, error) {
 	c := &Clock{ns: ns, cfg: cfg, seen: new(atomic.Int64)}
 	if x, ok := db.(storage.Exclusive); ok {
 		st := x.Shared(ownedKey{ns}, func() any { return new(ownedState) }).(*ownedState)

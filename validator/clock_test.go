@@ -21,7 +21,7 @@ import (
 // (PostgreSQL) must. It keeps the unsynced view.
 type sharedDB struct{ storage.Backend }
 
-func (s sharedDB) Unsynced() storage.Store { return storage.Unsynced(s.Backend) }
+func (s sharedDB) Unsynced() storage.Ops { return storage.Unsynced(s.Backend) }
 
 // TestClockOverlap checks the clock's properties on real concurrent
 // callers: transactions whose real intervals overlapped get overlapping

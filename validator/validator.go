@@ -105,7 +105,7 @@ type Validator struct {
 	key   auth.Verifier
 	// outcomes is the view outcomes are logged through: the database's
 	// unsynced view if it has one (see doc.go, "Durability of the log").
-	outcomes storage.Store
+	outcomes storage.Ops
 	// requests and stamps commit the requests, and the outcomes, that
 	// concurrent callers log, grouped, on a database other processes
 	// share (see doc.go, "Group commit on a shared database"); nil on an

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/bench"
 	"github.com/kiroku-db/kiroku/engine"
-	"github.com/kiroku-db/kiroku/storage/postgres"
+	"github.com/kiroku-db/kiroku/storage/backends"
 )
 
 func benchCmd() *cobra.Command {
@@ -63,12 +63,12 @@ Each figure is reported per run and as the median over --runs runs.`,
 				}
 				// The baseline is the same engine without its log: what
 				// durability costs.
-				nolog, err := engine.Open(engine.Config{Dir: filepath.Join(dir, "nolog"), Log: engine.LogNone})
+				nolog, err := backends.Open(ctx, "engine", backends.Config{Dir: filepath.Join(dir, "nolog"), Engine: engine.Config{Log: engine.LogNone}})
 				if err != nil {
 					return err
 				}
 				defer nolog.Close()
-				db, err := engine.Open(engine.Config{Dir: filepath.Join(dir, "engine")})
+				db, err := backends.Open(ctx, "engine", backends.Config{Dir: filepath.Join(dir, "engine")})
 				if err != nil {
 					return err
 				}
@@ -84,7 +84,7 @@ Each figure is reported per run and as the median over --runs runs.`,
 				if dsn == "" {
 					return fmt.Errorf("bench storage: no --dsn and no KIROKU_PG_DSN (scripts/pg.sh start prints one)")
 				}
-				db, err := postgres.Open(ctx, postgres.Config{DSN: dsn, MaxConns: maxConns})
+				db, err := backends.Open(ctx, "postgres", backends.Config{DSN: dsn, MaxConns: int(maxConns)})
 				if err != nil {
 					return err
 				}

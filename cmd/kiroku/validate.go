@@ -11,9 +11,8 @@ import (
 
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/client"
-	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage"
-	"github.com/kiroku-db/kiroku/storage/postgres"
+	"github.com/kiroku-db/kiroku/storage/backends"
 	"github.com/kiroku-db/kiroku/validator"
 )
 
@@ -26,7 +25,7 @@ type validatorFlags struct {
 
 func (vf *validatorFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&vf.db, "validator-db", "engine", "the Validator database: engine (its own data directory) or postgres")
+	f.StringVar(&vf.db, "validator-db", "engine", "the Validator database: "+backends.Help())
 	f.StringVar(&vf.dir, "validator-dir", "", "data directory of an engine Validator database")
 	f.StringVar(&vf.dsn, "validator-dsn", "", "PostgreSQL DSN of a postgres Validator database")
 	f.StringVar(&vf.namespace, "validator-namespace", validator.DefaultNamespace, "namespace of the Validator's tables")
@@ -37,19 +36,17 @@ func (vf *validatorFlags) add(cmd *cobra.Command) {
 
 // openDB opens the Validator database.
 func (vf *validatorFlags) openDB(ctx context.Context) (storage.Backend, error) {
-	switch vf.db {
-	case "engine":
-		if vf.dir == "" {
-			return nil, errors.New("--validator-db=engine needs --validator-dir")
-		}
-		return engine.Open(engine.Config{Dir: vf.dir})
-	case "postgres":
-		if vf.dsn == "" {
-			return nil, errors.New("--validator-db=postgres needs --validator-dsn")
-		}
-		return postgres.Open(ctx, postgres.Config{DSN: vf.dsn})
+	switch {
+	case vf.db == "engine" && vf.dir == "":
+		return nil, errors.New("--validator-db=engine needs --validator-dir")
+	case vf.db == "postgres" && vf.dsn == "":
+		return nil, errors.New("--validator-db=postgres needs --validator-dsn")
 	}
-	return nil, fmt.Errorf("--validator-db: %q is neither engine nor postgres", vf.db)
+	db, err := backends.Open(ctx, vf.db, backends.Config{Dir: vf.dir, DSN: vf.dsn})
+	if err != nil {
+		return nil, fmt.Errorf("--validator-db: %w", err)
+	}
+	return db, nil
 }
 
 // open opens the Validator over c; proofKey nil pins the ledger's ECDSA

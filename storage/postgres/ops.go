@@ -150,7 +150,7 @@ func (b *Backend) onConn(ctx context.Context, op string, t *relTable, fn func(qu
 	return fn(c)
 }
 
-// Get implements storage.Store.
+// Get implements storage.Ops.
 //
 // Single operations look the schema up inside their retry loop, so a table
 // replaced by another process is reloaded and the request checked again.
@@ -169,15 +169,15 @@ func (b *Backend) Get(ctx context.Context, g *storage.Get) (row storage.Row, fou
 	return row, found, err
 }
 
-// Put implements storage.Store.
+// Put implements storage.Ops.
 func (b *Backend) Put(ctx context.Context, p *storage.Put) error { return b.writeOne(ctx, "put", p) }
 
-// Delete implements storage.Store.
+// Delete implements storage.Ops.
 func (b *Backend) Delete(ctx context.Context, d *storage.Delete) error {
 	return b.writeOne(ctx, "delete", d)
 }
 
-// Mutate implements storage.Store: the mutations run in one transaction,
+// Mutate implements storage.Ops: the mutations run in one transaction,
 // which rolls back if any condition fails.
 func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 	const op = "mutate"
@@ -213,7 +213,7 @@ func (b *Backend) Mutate(ctx context.Context, ms []storage.Mutation) error {
 	})
 }
 
-// Scan implements storage.Store. The rows stream from the server; the
+// Scan implements storage.Ops. The rows stream from the server; the
 // connection is held until Close. Running the query up to its first row is
 // retried on a conflict like the other single operations (pgx reports an
 // execution error with the rows, not from Query); a failure later, while

@@ -145,7 +145,7 @@ func testWriteSkew(t *testing.T, open Opener) {
 				},
 			}
 		}
-		errs := runSchedule(t, e.db, [][]step{script(0, "alice"), script(1, "bob")}, order)
+		errs := runSchedule(t, e.backend(), [][]step{script(0, "alice"), script(1, "bob")}, order)
 		for _, err := range errs {
 			if err != nil && !storage.IsRetryable(err) {
 				t.Fatalf("schedule %v: unexpected error %v", order, err)
@@ -199,7 +199,7 @@ func testPhantom(t *testing.T, open Opener) {
 				},
 			}
 		}
-		errs := runSchedule(t, e.db, [][]step{script(11), script(12)}, order)
+		errs := runSchedule(t, e.backend(), [][]step{script(11), script(12)}, order)
 		for _, err := range errs {
 			if err != nil && !storage.IsRetryable(err) {
 				t.Fatalf("schedule %v: unexpected error %v", order, err)
@@ -214,7 +214,7 @@ func testPhantom(t *testing.T, open Opener) {
 	// even when another transaction inserts into it and commits in between
 	// (or it fails with a conflict).
 	var first, second int
-	errs := runSchedule(t, e.db, [][]step{
+	errs := runSchedule(t, e.backend(), [][]step{
 		{
 			func(ctx context.Context, tx storage.Txn) (err error) { first, err = count(ctx, tx); return err },
 			func(ctx context.Context, tx storage.Txn) (err error) { second, err = count(ctx, tx); return err },
@@ -266,7 +266,7 @@ func testBank(t *testing.T, open Opener) {
 					to++
 				}
 				amount := int64(1 + r.IntN(100))
-				err := storage.Update(ctx, e.db, func(tx storage.Txn) error {
+				err := storage.Update(ctx, e.backend(), func(tx storage.Txn) error {
 					a, _, err := tx.Get(ctx, get(from))
 					if err != nil {
 						return err
@@ -309,7 +309,7 @@ func testBank(t *testing.T, open Opener) {
 					return
 				}
 				var total int64
-				err := storage.Update(ctx, e.db, func(tx storage.Txn) error {
+				err := storage.Update(ctx, e.backend(), func(tx storage.Txn) error {
 					total = 0
 					for i := range accounts {
 						row, ok, err := tx.Get(ctx, get(i))
@@ -374,7 +374,7 @@ func testLostUpdate(t *testing.T, open Opener) {
 		go func() {
 			defer wg.Done()
 			for range increments {
-				err := storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+				err := storage.Update(e.ctx, e.backend(), func(tx storage.Txn) error {
 					row, _, err := tx.Get(e.ctx, &storage.Get{Namespace: e.ns, Table: tb.Name, Partition: k("txn")})
 					if err != nil {
 						return err
@@ -494,7 +494,7 @@ func RunHistory(t *testing.T, open Opener, cfg HistoryConfig) {
 				}
 				txn.Begin = clock.Add(1)
 				err := func() error {
-					tx, err := e.db.Begin(e.ctx)
+					tx, err := e.backend().Begin(e.ctx)
 					if err != nil {
 						return err
 					}
@@ -665,7 +665,7 @@ func testSharedRequests(t *testing.T, open Opener) {
 				if err := e.db.Put(e.ctx, condPut); err != nil && !errors.Is(err, storage.ErrConditionNotMet) {
 					t.Error(err)
 				}
-				if err := storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+				if err := storage.Update(e.ctx, e.backend(), func(tx storage.Txn) error {
 					if _, err := e.scanRows(tx, scan); err != nil {
 						return err
 					}
@@ -737,7 +737,7 @@ func testReusedRequests(t *testing.T, open Opener) {
 
 	// In a transaction: puts (one of them Deferred) and reads, each
 	// request refilled for the next call before the transaction ends.
-	e.ok(storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+	e.ok(storage.Update(e.ctx, e.backend(), func(tx storage.Txn) error {
 		for c := range int64(2) {
 			fill("b", c)
 			if err := tx.Put(e.ctx, put); err != nil {

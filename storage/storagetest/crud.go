@@ -10,8 +10,8 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-func testAdmin(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testAdmin(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	e.is(e.db.CreateNamespace(e.ctx, e.ns), storage.ErrNamespaceExists)
 	nss, err := e.db.ListNamespaces(e.ctx)
 	e.ok(err)
@@ -108,8 +108,8 @@ func testAdmin(t *testing.T, open Opener) {
 	e.ok(e.db.CreateNamespace(e.ctx, e.ns))
 }
 
-func testRestart(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testRestart(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	tb := e.table("kept", cols(col("k", storage.TypeText)),
 		[]storage.ClusteringColumn{ccol("c", storage.TypeBigInt, storage.Desc)}, cols(col("v", storage.TypeBlob)))
 	e.put(tb, V{"k": txt("a")}, V{"c": i64(1)}, V{"v": storage.Blob([]byte("one"))})
@@ -142,8 +142,8 @@ func itemTable(e *env) *storage.Table {
 // seq is the clustering key of row s of itemTable.
 func seq(s int64) V { return V{"seq": i64(s)} }
 
-func testCRUD(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testCRUD(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	tb := itemTable(e)
 	p, c := V{"id": i64(1)}, V{"seq": i64(1)}
 	if _, ok := e.get(tb, p, c); ok {
@@ -212,8 +212,8 @@ func errorsIs(err, target error) bool {
 	return errors.As(err, &se) && errors.Is(err, target)
 }
 
-func testConditions(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testConditions(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	tb := itemTable(e)
 	key := func(id int64) (V, V) { return V{"id": i64(id)}, V{"seq": i64(0)} }
 	putC := func(id int64, cond *storage.Condition, vals V) error {
@@ -345,8 +345,8 @@ func testConditions(t *testing.T, open Opener) {
 	}
 }
 
-func testMutate(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testMutate(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	tb := itemTable(e)
 	p := V{"id": i64(1)}
 	put := func(s, v int64, cond *storage.Condition) *storage.Put {

@@ -10,8 +10,8 @@ import (
 // testEnsureTables: EnsureTables creates what is missing, accepts what is
 // already there with the same schema, and refuses a table of another
 // schema with ErrInvalidSchema, before it creates anything.
-func testEnsureTables(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testEnsureTables(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	a := &storage.Table{Namespace: e.ns, Name: "ens_a", PartitionKey: cols(col("k", storage.TypeText)),
 		ClusteringKey: []storage.ClusteringColumn{ccol("c", storage.TypeBigInt, storage.Desc)},
 		Columns:       cols(col("v", storage.TypeBlob))}

@@ -76,8 +76,8 @@ func keyString(tb *storage.Table, r storage.Row) string {
 	return s
 }
 
-func testScan(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testScan(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	// Three clustering columns mixing ASC and DESC.
 	tb := e.table("grid", cols(col("p", storage.TypeBigInt)),
 		[]storage.ClusteringColumn{ccol("a", storage.TypeBigInt, storage.Asc), ccol("b", storage.TypeText, storage.Desc),

@@ -1,5 +1,7 @@
 // Package storagetest is the conformance suite of the storage API: every
-// backend (PostgreSQL, the embedded engine, Cassandra) must pass Run.
+// Store (the embedded engine, PostgreSQL, Cassandra) must pass RunStore,
+// and every Backend, a Store with transactions, Run, which adds the
+// transaction tests.
 //
 // The suite checks behaviour, not implementation: CRUD, every condition met
 // and not met, scans over multi-column clustering keys with mixed ASC/DESC
@@ -29,8 +31,13 @@ import (
 // The suite closes every Backend it opens.
 type Opener func(t *testing.T) storage.Backend
 
-// Run runs the whole suite.
-func Run(t *testing.T, open Opener) {
+// StoreOpener is an Opener of a Store, which may have no transactions.
+type StoreOpener func(t *testing.T) storage.Store
+
+// RunStore runs the part of the suite every Store must pass: schemas,
+// restarts, the single operations and their conditions, scans, types and
+// bad input.
+func RunStore(t *testing.T, open StoreOpener) {
 	t.Run("Admin", func(t *testing.T) { testAdmin(t, open) })
 	t.Run("EnsureTables", func(t *testing.T) { testEnsureTables(t, open) })
 	t.Run("Restart", func(t *testing.T) { testRestart(t, open) })
@@ -40,6 +47,13 @@ func Run(t *testing.T, open Opener) {
 	t.Run("Scan", func(t *testing.T) { testScan(t, open) })
 	t.Run("Types", func(t *testing.T) { testTypes(t, open) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, open) })
+}
+
+// Run runs the whole suite on a Backend: RunStore, then the transactions
+// and the concurrency workloads.
+func Run(t *testing.T, open Opener) {
+	store := func(t *testing.T) storage.Store { return open(t) }
+	RunStore(t, store)
 	t.Run("Txn", func(t *testing.T) { testTxn(t, open) })
 	t.Run("Deferred", func(t *testing.T) { testDeferred(t, open) })
 	t.Run("Expect", func(t *testing.T) { testExpect(t, open) })
@@ -58,16 +72,32 @@ type V = storage.Values
 
 var nsSeq atomic.Int64
 
-// env is one test's backend and private namespace.
+// env is one test's store and private namespace.
 type env struct {
 	t    *testing.T
 	ctx  context.Context
-	open Opener
-	db   storage.Backend
+	open StoreOpener
+	db   storage.Store
 	ns   string
 }
 
+// newEnv is newStoreEnv for a Backend's tests.
 func newEnv(t *testing.T, open Opener) *env {
+	return newStoreEnv(t, func(t *testing.T) storage.Store { return open(t) })
+}
+
+// backend is the env's store as a Backend: only the transaction tests,
+// which Run alone runs, call it.
+func (e *env) backend() storage.Backend {
+	e.t.Helper()
+	b, ok := e.db.(storage.Backend)
+	if !ok {
+		e.t.Fatalf("%T has no transactions", e.db)
+	}
+	return b
+}
+
+func newStoreEnv(t *testing.T, open StoreOpener) *env {
 	t.Helper()
 	var rnd [5]byte
 	_, _ = rand.Read(rnd[:])

@@ -40,7 +40,7 @@ func testTxn(t *testing.T, open Opener) {
 	}
 
 	// Read your own writes, in Get and Scan; invisible to others until commit.
-	tx, err := e.db.Begin(e.ctx)
+	tx, err := e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.ok(tx.Put(e.ctx, pt(15, 15)))
 	e.ok(tx.Put(e.ctx, pt(20, 21)))
@@ -71,7 +71,7 @@ func testTxn(t *testing.T, open Opener) {
 	e.ok(tx.Abort(e.ctx))
 
 	// Abort discards everything.
-	tx, err = e.db.Begin(e.ctx)
+	tx, err = e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.ok(tx.Put(e.ctx, pt(99, 99)))
 	e.ok(tx.Delete(e.ctx, dl(10)))
@@ -82,7 +82,7 @@ func testTxn(t *testing.T, open Opener) {
 	}
 
 	// A failed condition inside a transaction writes nothing and leaves it usable.
-	tx, err = e.db.Begin(e.ctx)
+	tx, err = e.backend().Begin(e.ctx)
 	e.ok(err)
 	cond := pt(10, 1000)
 	cond.Condition = storage.IfNotExists()
@@ -100,9 +100,9 @@ func testTxn(t *testing.T, open Opener) {
 	}
 
 	// Update: commits on nil, aborts and returns a non-retryable error as is.
-	e.ok(storage.Update(e.ctx, e.db, func(tx storage.Txn) error { return tx.Put(e.ctx, pt(50, 50)) }))
+	e.ok(storage.Update(e.ctx, e.backend(), func(tx storage.Txn) error { return tx.Put(e.ctx, pt(50, 50)) }))
 	boom := errors.New("boom")
-	err = storage.Update(e.ctx, e.db, func(tx storage.Txn) error {
+	err = storage.Update(e.ctx, e.backend(), func(tx storage.Txn) error {
 		if err := tx.Put(e.ctx, pt(60, 60)); err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func testDeferred(t *testing.T, open Opener) {
 		return tx.Commit(e.ctx)
 	}
 	// A missing row is inserted, and the transaction sees it.
-	tx, err := e.db.Begin(e.ctx)
+	tx, err := e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.ok(tx.Put(e.ctx, put(2, 20)))
 	row, ok, err := tx.Get(e.ctx, get(2))
@@ -178,7 +178,7 @@ func testDeferred(t *testing.T, open Opener) {
 	// A row that exists fails the transaction, wherever the failure shows,
 	// and nothing it wrote commits.
 	for _, then := range []string{"commit", "get"} {
-		tx, err := e.db.Begin(e.ctx)
+		tx, err := e.backend().Begin(e.ctx)
 		e.ok(err)
 		e.ok(tx.Put(e.ctx, plain(3, 30)))
 		err = putThen(tx, put(1, 100), then)
@@ -203,7 +203,7 @@ func testDeferred(t *testing.T, open Opener) {
 		u.Condition, u.Deferred = c, true
 		return u
 	}
-	tx, err = e.db.Begin(e.ctx)
+	tx, err = e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.ok(tx.Put(e.ctx, update(1, 11, storage.If(storage.Eq("i", i64(1))))))
 	e.ok(tx.Put(e.ctx, update(2, 21, storage.IfExists())))
@@ -222,7 +222,7 @@ func testDeferred(t *testing.T, open Opener) {
 		{"IfExists on a missing row", update(6, 100, storage.IfExists())},
 	} {
 		for _, then := range []string{"commit", "get"} {
-			tx, err := e.db.Begin(e.ctx)
+			tx, err := e.backend().Begin(e.ctx)
 			e.ok(err)
 			e.ok(tx.Put(e.ctx, plain(3, 30)))
 			e.ok(tx.Put(e.ctx, update(2, 22, storage.If(storage.Eq("i", i64(21))))))
@@ -248,7 +248,7 @@ func testDeferred(t *testing.T, open Opener) {
 	bad := plain(5, 50)
 	bad.Deferred = true
 	e.is(e.db.Put(e.ctx, bad), storage.ErrInvalidArgument)
-	tx, err = e.db.Begin(e.ctx)
+	tx, err = e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
 	e.ok(tx.Abort(e.ctx))
@@ -276,7 +276,7 @@ func testExpect(t *testing.T, open Opener) {
 	// run expects x in a transaction that writes row 3, then reads row 1
 	// and commits, or commits at once: a failure may show at any of them.
 	run := func(x *storage.Expect, then string) error {
-		tx, err := e.db.Begin(e.ctx)
+		tx, err := e.backend().Begin(e.ctx)
 		e.ok(err)
 		defer tx.Abort(e.ctx)
 		e.ok(tx.Put(e.ctx, plain(3, 30)))
@@ -327,7 +327,7 @@ func testExpect(t *testing.T, open Opener) {
 		}
 	}
 	// Bad input is refused at once and leaves the transaction usable.
-	tx, err := e.db.Begin(e.ctx)
+	tx, err := e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.is(tx.Expect(e.ctx, expect(1, nil)), storage.ErrInvalidArgument)
 	e.is(tx.Expect(e.ctx, expect(1, storage.If(storage.Eq("nope", i64(1))))), storage.ErrUnknownColumn)
@@ -364,7 +364,7 @@ func testExpect(t *testing.T, open Opener) {
 				},
 			}
 		}
-		errs := runSchedule(t, e.db, [][]step{script("alice", "bob"), script("bob", "alice")}, order)
+		errs := runSchedule(t, e.backend(), [][]step{script("alice", "bob"), script("bob", "alice")}, order)
 		for _, err := range errs {
 			if err != nil && !storage.IsRetryable(err) && !errors.Is(err, storage.ErrConditionNotMet) {
 				t.Fatalf("schedule %v: unexpected error %v", order, err)
@@ -434,7 +434,7 @@ func testSkippable(t *testing.T, open Opener) {
 
 	// In a transaction: the skipped ones leave it usable, its reads see
 	// the writes that held and not the others, and its plain writes commit.
-	tx, err := e.db.Begin(e.ctx)
+	tx, err := e.backend().Begin(e.ctx)
 	e.ok(err)
 	e.ok(tx.Put(e.ctx, put(1, 100, lt(1))))
 	e.ok(tx.Put(e.ctx, put(2, 22, lt(100))))
@@ -464,7 +464,7 @@ func testSkippable(t *testing.T, open Opener) {
 	both.Deferred = true
 	for _, bad := range []*storage.Put{bare, both} {
 		e.is(e.db.Put(e.ctx, bad), storage.ErrInvalidArgument)
-		tx, err := e.db.Begin(e.ctx)
+		tx, err := e.backend().Begin(e.ctx)
 		e.ok(err)
 		e.is(tx.Put(e.ctx, bad), storage.ErrInvalidArgument)
 		e.ok(tx.Abort(e.ctx))

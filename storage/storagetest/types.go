@@ -10,8 +10,8 @@ import (
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-func testTypes(t *testing.T, open Opener) {
-	e := newEnv(t, open)
+func testTypes(t *testing.T, open StoreOpener) {
+	e := newStoreEnv(t, open)
 	tb := itemTable(e)
 	p, c := V{"id": i64(1)}, V{"seq": i64(1)}
 	roundTrip := func(name string, v storage.Value) {

@@ -1,0 +1,109 @@
+// Package backends is the one registry of kiroku's storage backends: the
+// server, the Validator's command and the benchmarks open a backend by
+// name through it, and a new backend is added here once.
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/postgres"
+)
+
+// Config is what opening a backend may need; each backend reads its own
+// fields and refuses to open without the ones it requires.
+type Config struct {
+	// Dir is the embedded engine's directory.
+	Dir string
+	// Engine tunes the embedded engine; its Dir is set from Dir.
+	Engine engine.Config
+	// DSN is PostgreSQL's connection string.
+	DSN string
+	// MaxConns bounds PostgreSQL's connection pool; 0 takes its default.
+	MaxConns int
+}
+
+// ErrConfig is the cause of a backend that cannot open with the Config
+// given, or of a name that is no backend's.
+var ErrConfig = errors.New("backends: bad configuration")
+
+// backend is one registered backend.
+type backend struct {
+	name string
+	help string
+	open func(ctx context.Context, c Config) (storage.Store, error)
+}
+
+var registry = []backend{
+	{name: "engine", help: "the embedded engine, in Dir", open: func(_ context.Context, c Config) (storage.Store, error) {
+		if c.Dir == "" {
+			return nil, fmt.Errorf("%w: the engine needs a directory", ErrConfig)
+		}
+		ec := c.Engine
+		ec.Dir = c.Dir
+		// Through a typed local: a failed Open's nil *engine.DB must not
+		// become a non-nil storage.Store.
+		db, err := engine.Open(ec)
+		if err != nil {
+			return nil, err
+		}
+		return db, nil
+	}},
+	{name: "postgres", help: "PostgreSQL at DSN", open: func(ctx context.Context, c Config) (storage.Store, error) {
+		if c.DSN == "" {
+			return nil, fmt.Errorf("%w: postgres needs a DSN", ErrConfig)
+		}
+		db, err := postgres.Open(ctx, postgres.Config{DSN: c.DSN, MaxConns: int32(c.MaxConns)})
+		if err != nil {
+			return nil, err
+		}
+		return db, nil
+	}},
+}
+
+// Names lists the registered backends.
+func Names() []string {
+	var out []string
+	for _, b := range registry {
+		out = append(out, b.name)
+	}
+	return out
+}
+
+// Help describes the registered backends in one line, for flags.
+func Help() string {
+	var out []string
+	for _, b := range registry {
+		out = append(out, b.name+" ("+b.help+")")
+	}
+	return strings.Join(out, ", ")
+}
+
+// OpenStore opens backend name as a Store.
+func OpenStore(ctx context.Context, name string, c Config) (storage.Store, error) {
+	i := slices.IndexFunc(registry, func(b backend) bool { return b.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no backend %q (have %s)", ErrConfig, name, strings.Join(Names(), ", "))
+	}
+	return registry[i].open(ctx, c)
+}
+
+// Open opens backend name as a Backend, a Store with transactions. A store
+// without transactions of its own is refused with ErrConfig.
+func Open(ctx context.Context, name string, c Config) (storage.Backend, error) {
+	s, err := OpenStore(ctx, name, c)
+	if err != nil {
+		return nil, err
+	}
+	b, ok := s.(storage.Backend)
+	if !ok {
+		s.Close()
+		return nil, fmt.Errorf("%w: backend %q has no transactions", ErrConfig, name)
+	}
+	return b, nil
+}
