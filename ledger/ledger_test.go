@@ -19,6 +19,7 @@ import (
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/coordinator"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
 
@@ -56,10 +57,24 @@ func openPostgres(t *testing.T) storage.Backend {
 	return b
 }
 
-// backends runs f on the embedded engine and on PostgreSQL.
+// openCoordinated is the embedded engine's single operations with the
+// transactions of storage/coordinator, as a store without transactions
+// of its own (Cassandra) gets them.
+func openCoordinated(t *testing.T) storage.Backend {
+	type storeOnly struct{ storage.Store }
+	c, err := coordinator.Open(context.Background(), storeOnly{openEngine(t)}, coordinator.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// backends runs f on the embedded engine, on PostgreSQL, and on the
+// generic transaction coordinator over the engine's single operations.
 func backends(t *testing.T, f func(t *testing.T, b storage.Backend)) {
 	t.Run("engine", func(t *testing.T) { f(t, openEngine(t)) })
 	t.Run("postgres", func(t *testing.T) { f(t, openPostgres(t)) })
+	t.Run("coordinator", func(t *testing.T) { f(t, openCoordinated(t)) })
 }
 
 var nsCounter struct {
