@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/cassandra"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
 
@@ -26,6 +27,12 @@ type Config struct {
 	DSN string
 	// MaxConns bounds PostgreSQL's connection pool; 0 takes its default.
 	MaxConns int
+	// Contacts are Cassandra's contact points, comma-separated, each host
+	// or host:port.
+	Contacts string
+	// Keyspace is the Cassandra keyspace kiroku keeps its tables in; ""
+	// takes its default.
+	Keyspace string
 }
 
 // ErrConfig is the cause of a backend that cannot open with the Config
@@ -59,6 +66,24 @@ var registry = []backend{
 			return nil, fmt.Errorf("%w: postgres needs a DSN", ErrConfig)
 		}
 		db, err := postgres.Open(ctx, postgres.Config{DSN: c.DSN, MaxConns: int32(c.MaxConns)})
+		if err != nil {
+			return nil, err
+		}
+		return db, nil
+	}},
+	// A Store without transactions: Open refuses it until a coordinator
+	// provides them; OpenStore opens it.
+	{name: "cassandra", help: "Apache Cassandra at Contacts, in Keyspace (a store: no transactions yet)", open: func(ctx context.Context, c Config) (storage.Store, error) {
+		var contacts []string
+		for _, h := range strings.Split(c.Contacts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				contacts = append(contacts, h)
+			}
+		}
+		if len(contacts) == 0 {
+			return nil, fmt.Errorf("%w: cassandra needs contact points", ErrConfig)
+		}
+		db, err := cassandra.Open(ctx, cassandra.Config{Contacts: contacts, Keyspace: c.Keyspace})
 		if err != nil {
 			return nil, err
 		}
