@@ -19,6 +19,7 @@ import (
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
+	storagebackends "github.com/kiroku-db/kiroku/storage/backends"
 	"github.com/kiroku-db/kiroku/storage/coordinator"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
@@ -69,12 +70,24 @@ func openCoordinated(t *testing.T) storage.Backend {
 	return c
 }
 
-// backends runs f on the embedded engine, on PostgreSQL, and on the
-// generic transaction coordinator over the engine's single operations.
+// backends runs f on the embedded engine, on PostgreSQL, on the generic
+// transaction coordinator over the engine's single operations, and on
+// Cassandra (whose transactions are the coordinator's).
 func backends(t *testing.T, f func(t *testing.T, b storage.Backend)) {
 	t.Run("engine", func(t *testing.T) { f(t, openEngine(t)) })
 	t.Run("postgres", func(t *testing.T) { f(t, openPostgres(t)) })
 	t.Run("coordinator", func(t *testing.T) { f(t, openCoordinated(t)) })
+	t.Run("cassandra", func(t *testing.T) { f(t, openCassandra(t)) })
+}
+
+// openCassandra is Cassandra with the coordinator's transactions.
+func openCassandra(t *testing.T) storage.Backend {
+	b, err := storagebackends.Open(context.Background(), "cassandra", storagebackends.Config{Contacts: testenv.CassandraContacts(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 var nsCounter struct {

@@ -46,7 +46,7 @@
 // a Store (schemas and the single operations) is what every database has
 // natively and what a backend must provide; a Backend is a Store with
 // transactions, native (the embedded engine, PostgreSQL) or built over a
-// Store that has none.
+// Store that has none by storage/coordinator (Cassandra).
 //
 // # Bad input
 //
@@ -82,8 +82,8 @@
 //
 // # Backends
 //
-// Backends live in sub-packages (postgres; the embedded engine in engine;
-// Cassandra to follow) and must pass the conformance suite in storagetest:
+// Backends live in sub-packages (postgres, cassandra; the embedded engine
+// in engine) and must pass the conformance suite in storagetest:
 // its store part (storagetest.RunStore) for every Store, the whole of it
 // (storagetest.Run) for every Backend.
 package storage

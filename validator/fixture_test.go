@@ -16,6 +16,7 @@ import (
 	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/backends"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
 
@@ -80,13 +81,27 @@ func openPostgresDB(t *testing.T) storage.Backend {
 	return b
 }
 
-// eachDB runs fn on an engine Validator database and, in a namespace of
-// its own, on PostgreSQL.
+// openCassandraDB opens a Validator database on Cassandra, with the
+// transactions of storage/coordinator.
+func openCassandraDB(t *testing.T) storage.Backend {
+	t.Helper()
+	b, err := backends.Open(context.Background(), "cassandra", backends.Config{Contacts: testenv.CassandraContacts(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// eachDB runs fn on an engine Validator database and, each in a
+// namespace of its own, on PostgreSQL and on Cassandra.
 func eachDB(t *testing.T, fn func(t *testing.T, db storage.Backend, ns string)) {
+	own := func(t *testing.T) string {
+		return fmt.Sprintf("%s_%d", strings.ToLower(strings.Map(nameRune, t.Name()[:min(len(t.Name()), 24)])), rand.Uint64())
+	}
 	t.Run("engine", func(t *testing.T) { fn(t, openEngineDB(t), DefaultNamespace) })
-	t.Run("postgres", func(t *testing.T) {
-		fn(t, openPostgresDB(t), fmt.Sprintf("%s_%d", strings.ToLower(strings.Map(nameRune, t.Name()[:min(len(t.Name()), 24)])), rand.Uint64()))
-	})
+	t.Run("postgres", func(t *testing.T) { fn(t, openPostgresDB(t), own(t)) })
+	t.Run("cassandra", func(t *testing.T) { fn(t, openCassandraDB(t), own(t)) })
 }
 
 // nameRune keeps what a namespace name may hold and maps the rest to _.

@@ -1,6 +1,6 @@
 // Package testenv tells tests where the services they need are.
 //
-// Tests that need an external service (PostgreSQL now, Cassandra later)
+// Tests that need an external service (PostgreSQL, Cassandra)
 // read its address from an environment variable. Under a plain `go test`
 // without it they skip with a message saying how to run them; the project's
 // test command (scripts/test.sh) starts the services and sets
@@ -18,6 +18,14 @@ import (
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	return need(t, "KIROKU_PG_DSN", "PostgreSQL")
+}
+
+// CassandraContacts returns the test Cassandra's contact points
+// (host:port,...), skipping (or, when services are required, failing) the
+// test if there are none.
+func CassandraContacts(t testing.TB) string {
+	t.Helper()
+	return need(t, "KIROKU_CASSANDRA_CONTACTS", "Cassandra")
 }
 
 func need(t testing.TB, env, what string) string {

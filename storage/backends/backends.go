@@ -13,6 +13,7 @@ import (
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/storage/cassandra"
+	"github.com/kiroku-db/kiroku/storage/coordinator"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 )
 
@@ -71,9 +72,8 @@ var registry = []backend{
 		}
 		return db, nil
 	}},
-	// A Store without transactions: Open refuses it until a coordinator
-	// provides them; OpenStore opens it.
-	{name: "cassandra", help: "Apache Cassandra at Contacts, in Keyspace (a store: no transactions yet)", open: func(ctx context.Context, c Config) (storage.Store, error) {
+	// A Store without transactions: Open gives it the coordinator's.
+	{name: "cassandra", help: "Apache Cassandra at Contacts, in Keyspace; transactions by storage/coordinator", open: func(ctx context.Context, c Config) (storage.Store, error) {
 		var contacts []string
 		for _, h := range strings.Split(c.Contacts, ",") {
 			if h = strings.TrimSpace(h); h != "" {
@@ -118,17 +118,21 @@ func OpenStore(ctx context.Context, name string, c Config) (storage.Store, error
 	return registry[i].open(ctx, c)
 }
 
-// Open opens backend name as a Backend, a Store with transactions. A store
-// without transactions of its own is refused with ErrConfig.
+// Open opens backend name as a Backend, a Store with transactions: its
+// own, or, for a store without (Cassandra), those of storage/coordinator
+// over it.
 func Open(ctx context.Context, name string, c Config) (storage.Backend, error) {
 	s, err := OpenStore(ctx, name, c)
 	if err != nil {
 		return nil, err
 	}
-	b, ok := s.(storage.Backend)
-	if !ok {
+	if b, ok := s.(storage.Backend); ok {
+		return b, nil
+	}
+	b, err := coordinator.Open(ctx, s, coordinator.Config{})
+	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("%w: backend %q has no transactions", ErrConfig, name)
+		return nil, err
 	}
 	return b, nil
 }

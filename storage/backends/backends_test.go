@@ -16,7 +16,7 @@ func TestOpen(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
-	}{{"nope", Config{Dir: t.TempDir()}}, {"engine", Config{}}, {"postgres", Config{}}} {
+	}{{"nope", Config{Dir: t.TempDir()}}, {"engine", Config{}}, {"postgres", Config{}}, {"cassandra", Config{}}} {
 		if _, err := Open(ctx, c.name, c.cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("Open(%q, %+v): %v, want ErrConfig", c.name, c.cfg, err)
 		}

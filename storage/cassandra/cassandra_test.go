@@ -4,35 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/storage/cassandra"
 	"github.com/kiroku-db/kiroku/storage/storagetest"
 )
 
-// contacts returns the test Cassandra's contact points from
-// KIROKU_CASSANDRA_CONTACTS, skipping (or, when services are required,
-// failing) the test if there are none; as internal/testenv does for
-// PostgreSQL.
+// contacts returns the test Cassandra's contact points (testenv).
 func contacts(t testing.TB) []string {
 	t.Helper()
-	const env = "KIROKU_CASSANDRA_CONTACTS"
-	if v := os.Getenv(env); v != "" {
-		return strings.Split(v, ",")
-	}
-	msg := "Cassandra tests need " + env + " (host:port,...); run scripts/test.sh, which starts a throwaway Cassandra " +
-		"and sets it, or scripts/cassandra.sh start and export its contacts"
-	if os.Getenv("KIROKU_REQUIRE_SERVICES") != "" {
-		t.Fatal(msg + " (KIROKU_REQUIRE_SERVICES is set, so a missing service is a failure)")
-	}
-	t.Skip(msg)
-	return nil
+	return strings.Split(testenv.CassandraContacts(t), ",")
 }
 
 // testConfig is the configuration of the tests' DBs: short timeouts, so

@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/internal/testenv"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/cassandra"
 	"github.com/kiroku-db/kiroku/storage/coordinator"
 	"github.com/kiroku-db/kiroku/storage/postgres"
 	"github.com/kiroku-db/kiroku/storage/storagetest"
@@ -60,6 +62,24 @@ func TestConformanceOverPostgres(t *testing.T) {
 		c, err := coordinator.Open(context.Background(), storeOnly{pg}, coordinator.Config{Namespace: "coordtest"})
 		if err != nil {
 			pg.Close()
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
+// TestConformanceOverCassandra runs the whole suite on the coordinator's
+// transactions over Cassandra, which has none of its own.
+func TestConformanceOverCassandra(t *testing.T) {
+	contacts := strings.Split(testenv.CassandraContacts(t), ",")
+	storagetest.Run(t, func(t *testing.T) storage.Backend {
+		cs, err := cassandra.Open(context.Background(), cassandra.Config{Contacts: contacts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := coordinator.Open(context.Background(), cs, coordinator.Config{})
+		if err != nil {
+			cs.Close()
 			t.Fatal(err)
 		}
 		return c
