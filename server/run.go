@@ -67,11 +67,14 @@ type Options struct {
 	DataDir string
 	// Listen is the gRPC address; "" means 127.0.0.1:50051, port 0 picks one.
 	Listen string
-	// Backend names a backend of package backends: "engine" (default) or
-	// "postgres".
+	// Backend names a backend of package backends: "engine" (default),
+	// "postgres" or "cassandra".
 	Backend string
 	// PostgresDSN is the database for the postgres backend.
 	PostgresDSN string
+	// CassandraContacts are the contact points (host:port,...) for the
+	// cassandra backend, whose transactions are storage/coordinator's.
+	CassandraContacts string
 	// Engine tunes the embedded engine; Dir is set from DataDir.
 	Engine engine.Config
 	// MetricsListen serves Prometheus metrics at /metrics; "" disables.
@@ -249,7 +252,7 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		if name == "" {
 			name = "engine"
 		}
-		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN}
+		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN, Contacts: o.CassandraContacts}
 		if cfg.Engine.Logf == nil { // recovery and checkpoints, for the operator
 			cfg.Engine.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 		}

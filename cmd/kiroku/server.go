@@ -17,6 +17,7 @@ import (
 	"github.com/kiroku-db/kiroku/internal/cpuset"
 	"github.com/kiroku-db/kiroku/internal/vfsutil"
 	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/storage/backends"
 )
 
 func serverCmd() *cobra.Command {
@@ -117,8 +118,9 @@ keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys 
 	f := cmd.Flags()
 	f.StringVar(&o.DataDir, "data-dir", "kiroku-data", "directory for keys and the embedded engine's data")
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
-	f.StringVar(&o.Backend, "backend", "engine", "storage backend: engine or postgres")
+	f.StringVar(&o.Backend, "backend", "engine", "storage backend: "+backends.Help())
 	f.StringVar(&o.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres")
+	f.StringVar(&o.CassandraContacts, "cassandra-contacts", "", "Cassandra contact points HOST:PORT,... for --backend=cassandra")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the administrator token that enables identity registration")
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")

@@ -18,9 +18,9 @@ import (
 
 // validatorFlags select and open the Validator database.
 type validatorFlags struct {
-	db, dir, dsn, namespace string
-	counters, scanEvery     int
-	txTimeout               time.Duration
+	db, dir, dsn, contacts, namespace string
+	counters, scanEvery               int
+	txTimeout                         time.Duration
 }
 
 func (vf *validatorFlags) add(cmd *cobra.Command) {
@@ -28,6 +28,7 @@ func (vf *validatorFlags) add(cmd *cobra.Command) {
 	f.StringVar(&vf.db, "validator-db", "engine", "the Validator database: "+backends.Help())
 	f.StringVar(&vf.dir, "validator-dir", "", "data directory of an engine Validator database")
 	f.StringVar(&vf.dsn, "validator-dsn", "", "PostgreSQL DSN of a postgres Validator database")
+	f.StringVar(&vf.contacts, "validator-cassandra", "", "Cassandra contact points HOST:PORT,... of a cassandra Validator database")
 	f.StringVar(&vf.namespace, "validator-namespace", validator.DefaultNamespace, "namespace of the Validator's tables")
 	f.IntVar(&vf.counters, "clock-counters", 0, "K, the clock table's counters (0: 1); on an engine Validator database no clock scans them (one process owns it)")
 	f.IntVar(&vf.scanEvery, "clock-scan-every", 0, "N: begin clocks scan the clock table every Nth time (0 or 1: always); on PostgreSQL only those not claimed in the request commit scan at all, and on an engine Validator database none does")
@@ -41,8 +42,10 @@ func (vf *validatorFlags) openDB(ctx context.Context) (storage.Backend, error) {
 		return nil, errors.New("--validator-db=engine needs --validator-dir")
 	case vf.db == "postgres" && vf.dsn == "":
 		return nil, errors.New("--validator-db=postgres needs --validator-dsn")
+	case vf.db == "cassandra" && vf.contacts == "":
+		return nil, errors.New("--validator-db=cassandra needs --validator-cassandra")
 	}
-	db, err := backends.Open(ctx, vf.db, backends.Config{Dir: vf.dir, DSN: vf.dsn})
+	db, err := backends.Open(ctx, vf.db, backends.Config{Dir: vf.dir, DSN: vf.dsn, Contacts: vf.contacts})
 	if err != nil {
 		return nil, fmt.Errorf("--validator-db: %w", err)
 	}
