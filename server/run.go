@@ -75,6 +75,9 @@ type Options struct {
 	// CassandraContacts are the contact points (host:port,...) for the
 	// cassandra backend, whose transactions are storage/coordinator's.
 	CassandraContacts string
+	// CassandraKeyspace is the keyspace kiroku keeps its tables in; ""
+	// takes the cassandra package's default.
+	CassandraKeyspace string
 	// Engine tunes the embedded engine; Dir is set from DataDir.
 	Engine engine.Config
 	// MetricsListen serves Prometheus metrics at /metrics; "" disables.
@@ -252,7 +255,7 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		if name == "" {
 			name = "engine"
 		}
-		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN, Contacts: o.CassandraContacts}
+		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN, Contacts: o.CassandraContacts, Keyspace: o.CassandraKeyspace}
 		if cfg.Engine.Logf == nil { // recovery and checkpoints, for the operator
 			cfg.Engine.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 		}

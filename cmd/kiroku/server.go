@@ -121,6 +121,7 @@ keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys 
 	f.StringVar(&o.Backend, "backend", "engine", "storage backend: "+backends.Help())
 	f.StringVar(&o.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres")
 	f.StringVar(&o.CassandraContacts, "cassandra-contacts", "", "Cassandra contact points HOST:PORT,... for --backend=cassandra")
+	f.StringVar(&o.CassandraKeyspace, "cassandra-keyspace", "", "the keyspace for --backend=cassandra (default: the cassandra package's)")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the administrator token that enables identity registration")
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
