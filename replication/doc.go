@@ -17,7 +17,9 @@
 // The log's records (storage.go): entries, hard states, installed
 // snapshots and compactions, each a WAL record; replay at Open rebuilds
 // raft.MemoryStorage. Compaction appends a compact record and the hard
-// state, then truncates the WAL before the first entry kept.
+// state, then truncates the WAL before the first entry kept; a snapshot
+// installed is restored once its record is durable, and the WAL before
+// it is truncated.
 //
 // A Silo is a member of a replicated engine: each engine log record is
 // one entry. A follower's engine (engine.Config.Follow) applies committed

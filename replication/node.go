@@ -80,13 +80,33 @@ type Node struct {
 	failed    error
 	applied   uint64
 	confState pb.ConfState // as of applied
-	soft      raft.SoftState
-	term      uint64
+	// confs are the configurations after each conf change applied above
+	// the log's snapshot, in index order; confBase is the snapshot's. A
+	// compaction needs the configuration as of its index (confStateAt).
+	confs    []confAt
+	confBase pb.ConfState
+	// compactions wait for their index to be applied (Compact).
+	compactions []compaction
+	soft        raft.SoftState
+	term        uint64
 }
 
 type completion struct {
-	resps []pb.Message
-	err   error
+	snap   *pb.Snapshot // a snapshot the append installed: restore it now
+	snapAt uint64       // the WAL index of its record
+	resps  []pb.Message
+	err    error
+}
+
+type confAt struct {
+	index uint64
+	cs    pb.ConfState
+}
+
+type compaction struct {
+	index uint64
+	data  []byte
+	done  func(error) // nil: nobody waits
 }
 
 // ErrBadSnapshot is the cause of a snapshot the state machine could not
@@ -127,6 +147,7 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 		return nil, err
 	}
 	_, n.confState, _ = store.InitialState()
+	n.confBase = n.confState
 	rc := &raft.Config{ID: cfg.ID, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks, Storage: store,
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
 		PreVote: cfg.PreVote, CheckQuorum: cfg.CheckQuorum, AsyncStorageWrites: true, Applied: snap.Metadata.Index,
@@ -303,17 +324,11 @@ func (n *Node) appendAsync(m pb.Message) {
 	if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
 		hs = &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 	}
-	if m.Snapshot != nil {
-		// Install before the entries that follow it are applied: on the
-		// applier, after what it has queued, if there is one.
-		job := applyJob{snap: m.Snapshot}
-		if n.applier != nil {
-			n.applying++
-			n.applier(job)
-		} else if n.finishApply(n.applyEntries(job)); n.failed != nil {
-			return
-		}
-	}
+	// A snapshot is restored once its record is durable (deliverDone),
+	// before the append's responses are delivered: Raft hands out no
+	// entry after it until it hears the append is done, so the restore
+	// still comes before them; and the state machine may replace what it
+	// keeps on disk only once the log says the snapshot is this node's.
 	resps := m.Responses
 	entries := m.Entries
 	if n.cfg.SyncEachEntry && len(entries) > 1 {
@@ -337,9 +352,9 @@ func (n *Node) appendOne(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState
 	n.doneMu.Lock()
 	n.inflight++
 	n.doneMu.Unlock()
-	err := n.store.appendAsync(snap, entries, hs, func(err error) {
+	err := n.store.appendAsync(snap, entries, hs, func(snapAt uint64, err error) {
 		n.doneMu.Lock()
-		n.doneQ = append(n.doneQ, completion{resps: resps, err: err})
+		n.doneQ = append(n.doneQ, completion{snap: snap, snapAt: snapAt, resps: resps, err: err})
 		n.inflight--
 		n.settled.Broadcast()
 		n.doneMu.Unlock()
@@ -461,6 +476,21 @@ func (n *Node) deliverDone() bool {
 			n.fail(fmt.Errorf("making the raft log durable: %w", c.err))
 			return true
 		}
+		if c.snap != nil {
+			// On the applier, after what it has queued, if there is one.
+			job := applyJob{snap: c.snap}
+			if n.applier != nil {
+				n.applying++
+				n.applier(job)
+			} else if n.finishApply(n.applyEntries(job)); n.failed != nil {
+				return true
+			}
+			// The log before the snapshot is not needed any more.
+			if err := n.store.dropBefore(c.snapAt); err != nil {
+				n.fail(fmt.Errorf("truncating the raft log before a snapshot: %w", err))
+				return true
+			}
+		}
 		for _, m := range c.resps {
 			n.deliver(m)
 		}
@@ -484,9 +514,14 @@ type applyJob struct {
 // it.
 type appliedJob struct {
 	job  applyJob
-	ccs  []pb.ConfChangeI
+	ccs  []indexedConfChange
 	last uint64
 	err  error
+}
+
+type indexedConfChange struct {
+	index uint64
+	cc    pb.ConfChangeI
 }
 
 // apply applies a MsgStorageApply's committed entries, on this goroutine
@@ -545,7 +580,7 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
 				return res
 			}
-			res.ccs = append(res.ccs, cc)
+			res.ccs = append(res.ccs, indexedConfChange{e.Index, cc})
 		}
 		res.last = e.Index
 	}
@@ -569,15 +604,19 @@ func raftpbConfChange(e pb.Entry) (pb.ConfChangeI, error) {
 func (n *Node) finishApply(res appliedJob) {
 	if s := res.job.snap; s != nil && res.err == nil {
 		n.confState = s.Metadata.ConfState
+		n.confBase, n.confs = s.Metadata.ConfState, nil
 		n.applied = s.Metadata.Index
 	}
-	for _, cc := range res.ccs {
-		n.confState = *n.rn.ApplyConfChange(cc)
+	for _, c := range res.ccs {
+		n.confState = *n.rn.ApplyConfChange(c.cc)
+		n.confs = append(n.confs, confAt{c.index, n.confState})
 	}
 	n.applied = max(n.applied, res.last)
 	if res.err != nil {
 		n.fail(res.err)
+		return
 	}
+	n.compactApplied()
 }
 
 // finishJob records a job the applier finished (setApplier), and
@@ -642,6 +681,12 @@ func (n *Node) fail(err error) {
 	}
 	n.failed = fmt.Errorf("%w: node %d: %w", ErrStopped, n.cfg.ID, err)
 	n.cfg.Logf("replication: %v", n.failed)
+	for _, c := range n.compactions {
+		if c.done != nil {
+			c.done(n.failed)
+		}
+	}
+	n.compactions = nil
 	for _, r := range n.readReady {
 		r.fn(0, n.failed)
 	}
@@ -665,13 +710,76 @@ func (n *Node) WaitAppends() {
 func (n *Node) Woken() <-chan struct{} { return n.wake }
 
 // Compact drops the log up to index, which the state machine's snapshot
-// data covers; a follower behind it is sent a snapshot. index must be
-// applied.
+// data covers; a follower behind it is sent a snapshot. The snapshot's
+// configuration is the one as of index. If index is not applied yet (the
+// state machine may know of an entry before the node has counted it
+// applied), the compaction waits until it is, and a failure then stops
+// the node. A compaction to an index the log dropped already does
+// nothing.
 func (n *Node) Compact(index uint64, data []byte) error {
 	if index > n.applied {
-		return fmt.Errorf("replication: compacting to %d, applied %d", index, n.applied)
+		n.compactions = append(n.compactions, compaction{index: index, data: data})
+		return nil
 	}
-	return n.store.compact(index, n.confState, data)
+	return n.compact(index, data)
+}
+
+// compactApplied runs the compactions waiting for an index now applied.
+func (n *Node) compactApplied() {
+	kept := n.compactions[:0]
+	for _, c := range n.compactions {
+		if c.index > n.applied {
+			kept = append(kept, c)
+			continue
+		}
+		err := n.compact(c.index, c.data)
+		if c.done != nil {
+			c.done(err)
+		}
+		if err != nil {
+			n.fail(fmt.Errorf("compacting the raft log to %d: %w", c.index, err))
+			return
+		}
+	}
+	n.compactions = kept
+}
+
+func (n *Node) compact(index uint64, data []byte) error {
+	if first, _ := n.store.FirstIndex(); index < first {
+		return nil
+	}
+	cs, err := n.confStateAt(index)
+	if err != nil {
+		return err
+	}
+	if err := n.store.compact(index, cs, data); err != nil {
+		return err
+	}
+	// The configurations up to index are history now.
+	k := 0
+	for k < len(n.confs) && n.confs[k].index <= index {
+		n.confBase = n.confs[k].cs
+		k++
+	}
+	n.confs = append(n.confs[:0], n.confs[k:]...)
+	return nil
+}
+
+// confStateAt is the configuration as of index, which must be applied
+// and not before the log's snapshot.
+func (n *Node) confStateAt(index uint64) (pb.ConfState, error) {
+	first, _ := n.store.FirstIndex()
+	if index+1 < first || index > n.applied {
+		return pb.ConfState{}, fmt.Errorf("replication: the configuration as of %d: the log keeps %d..%d applied", index, first-1, n.applied)
+	}
+	cs := n.confBase
+	for _, c := range n.confs {
+		if c.index > index {
+			break
+		}
+		cs = c.cs
+	}
+	return cs, nil
 }
 
 // Status is what a node knows of its group.
