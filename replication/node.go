@@ -87,8 +87,12 @@ type Node struct {
 	confBase pb.ConfState
 	// compactions wait for their index to be applied (Compact).
 	compactions []compaction
-	soft        raft.SoftState
-	term        uint64
+	// sendSnap, if set, sends the MsgSnap messages Raft makes (a Silo
+	// streams its engine's snapshot: setSnapshotSender); it reports each
+	// one's outcome with reportSnapshot, on the driving goroutine.
+	sendSnap func(pb.Message)
+	soft     raft.SoftState
+	term     uint64
 }
 
 type completion struct {
@@ -109,9 +113,19 @@ type compaction struct {
 	done  func(error) // nil: nobody waits
 }
 
-// ErrBadSnapshot is the cause of a snapshot the state machine could not
-// restore.
-var ErrBadSnapshot = errors.New("replication: the state machine refused a snapshot")
+// ErrBadSnapshot is the cause of a snapshot refused: one the state
+// machine could not restore, or (SnapshotError) a snapshot stream a
+// member refused on receipt.
+var ErrBadSnapshot = errors.New("replication: bad snapshot")
+
+// badSnapshot is the error of a snapshot the state machine could not
+// restore: an ErrBadSnapshot.
+func badSnapshot(index uint64, err error) error {
+	if errors.Is(err, ErrBadSnapshot) {
+		return err // it says so, and where
+	}
+	return fmt.Errorf("%w at %d: %w", ErrBadSnapshot, index, err)
+}
 
 // ErrStopped is the cause of every call on a node that failed (its log
 // could not be made durable) or was closed.
@@ -170,7 +184,7 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	if !raft.IsEmptySnap(snap) {
 		if err := sm.Restore(snap.Metadata.Index, snap.Data); err != nil {
 			store.close()
-			return nil, fmt.Errorf("%w at %d: %w", ErrBadSnapshot, snap.Metadata.Index, err)
+			return nil, badSnapshot(snap.Metadata.Index, err)
 		}
 		n.applied = snap.Metadata.Index
 	}
@@ -552,7 +566,7 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 	res := appliedJob{job: job, last: job.from}
 	if s := job.snap; s != nil {
 		if err := n.sm.Restore(s.Metadata.Index, s.Data); err != nil {
-			res.err = fmt.Errorf("%w at %d: %w", ErrBadSnapshot, s.Metadata.Index, err)
+			res.err = badSnapshot(s.Metadata.Index, err)
 			return res
 		}
 		res.last = s.Metadata.Index
@@ -655,6 +669,10 @@ func (n *Node) deliver(m pb.Message) {
 }
 
 func (n *Node) send(m pb.Message) {
+	if m.Type == pb.MsgSnap && n.sendSnap != nil {
+		n.sendSnap(m)
+		return
+	}
 	if n.tr == nil {
 		n.rn.ReportUnreachable(m.To)
 		return
@@ -724,6 +742,21 @@ func (n *Node) Compact(index uint64, data []byte) error {
 	return n.compact(index, data)
 }
 
+// compactThen is Compact, calling done (on the driving goroutine) once
+// the compaction is durable, or with the error that failed it or stopped
+// the node.
+func (n *Node) compactThen(index uint64, data []byte, done func(error)) {
+	if n.failed != nil {
+		done(n.failed)
+		return
+	}
+	if index > n.applied {
+		n.compactions = append(n.compactions, compaction{index, data, done})
+		return
+	}
+	done(n.compact(index, data))
+}
+
 // compactApplied runs the compactions waiting for an index now applied.
 func (n *Node) compactApplied() {
 	kept := n.compactions[:0]
@@ -780,6 +813,41 @@ func (n *Node) confStateAt(index uint64) (pb.ConfState, error) {
 		cs = c.cs
 	}
 	return cs, nil
+}
+
+// snapshotMeta is the metadata of a snapshot of the state as of index:
+// its term and configuration. index must be applied, and kept in the log
+// or its snapshot's.
+func (n *Node) snapshotMeta(index uint64) (pb.SnapshotMetadata, error) {
+	term, err := n.store.Term(index)
+	if err != nil {
+		return pb.SnapshotMetadata{}, fmt.Errorf("replication: the term of %d: %w", index, err)
+	}
+	cs, err := n.confStateAt(index)
+	if err != nil {
+		return pb.SnapshotMetadata{}, err
+	}
+	return pb.SnapshotMetadata{Index: index, Term: term, ConfState: cs}, nil
+}
+
+// setSnapshotSender makes the node hand the MsgSnap messages Raft makes
+// to fn instead of sending them: fn sends the snapshot its own way, and
+// reports how it went with reportSnapshot. Call it before the node is
+// driven.
+func (n *Node) setSnapshotSender(fn func(pb.Message)) { n.sendSnap = fn }
+
+// reportSnapshot tells Raft how sending a snapshot to node to went: nil,
+// delivered; an error, not (the node probes the follower again).
+func (n *Node) reportSnapshot(to uint64, err error) {
+	if n.failed != nil {
+		return
+	}
+	defer n.catch()
+	status := raft.SnapshotFinish
+	if err != nil {
+		status = raft.SnapshotFailure
+	}
+	n.rn.ReportSnapshot(to, status)
 }
 
 // Status is what a node knows of its group.
