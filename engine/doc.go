@@ -92,9 +92,11 @@
 // follower as records arrive (DB.Apply). A follower is promoted to lead
 // the log it applied (DB.Promote, leader.go); a leader whose sink reports
 // another leader stops (LeadershipLostError). Snapshots are checkpoint
-// chains in one stream (DB.Snapshot, DB.Install; snapshot.go). The epoch
-// bookkeeping and the loggers' decisions are pure functions a simulation
-// can drive (epochs.go); time comes from Config.Clock.
+// chains in one stream (DB.Snapshot, DB.Install, CheckSnapshot;
+// snapshot.go); a follower reopened on a directory that holds a chain
+// reloads it (DB.Reinstall). The epoch bookkeeping and the loggers'
+// decisions are pure functions a simulation can drive (epochs.go); time
+// comes from Config.Clock.
 //
 // # Checkpoints and recovery (checkpoint.go, recover.go)
 //

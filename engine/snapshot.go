@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -142,21 +143,22 @@ func (db *DB) Snapshot(ctx context.Context, w io.Writer) (SnapshotMeta, error) {
 // applies the leader's log from meta.Index+1 (DB.Apply). The stream is
 // read whole and its checksum checked before anything is loaded; a
 // stream that fails is ErrBadSnapshot (or a CorruptionError of a file),
-// and leaves the follower as it was. A failure while loading verified
-// files fails the follower.
+// and leaves the follower as it was. Checkpoint files already in the
+// follower's directory — of an earlier run: a follower does not load
+// them — are replaced by the snapshot's once it is verified. A failure
+// while loading verified files fails the follower.
 func (db *DB) Install(r io.Reader) (SnapshotMeta, error) {
 	if err := db.usable("install"); err != nil {
 		return SnapshotMeta{}, err
 	}
 	db.followMu.Lock()
 	defer db.followMu.Unlock()
-	if !db.following.Load() || db.follower.last != 0 || len(db.cat.tables()) > 0 {
-		return SnapshotMeta{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "install", Detail: "a snapshot goes to a follower that has applied nothing"}
+	if err := db.checkFresh("install"); err != nil {
+		return SnapshotMeta{}, err
 	}
-	if chain, err := db.findChain(); err != nil || len(chain) > 0 {
-		return SnapshotMeta{}, &storage.Error{Kind: storage.ErrInvalidArgument, Op: "install", Detail: "the follower's directory holds checkpoints already", Cause: err}
-	}
-	meta, names, err := db.receive(r)
+	meta, names, err := readSnapshot(r, func(name string, size int64, sr io.Reader) error {
+		return db.receiveFile(sr, name, size)
+	})
 	if err != nil {
 		for _, n := range names {
 			db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n+ckptTmp))
@@ -173,6 +175,12 @@ func (db *DB) Install(r io.Reader) (SnapshotMeta, error) {
 			return fail(err)
 		}
 	}
+	// The checkpoints of an earlier run go: only the snapshot's make a
+	// chain now. (A crash before this point leaves both; the owner
+	// installs the snapshot again, which removes them then.)
+	if err := db.removeCheckpointsBut(names); err != nil {
+		return fail(err)
+	}
 	if err := vfsutil.SyncDir(db.fs, db.cfg.Dir); err != nil {
 		return fail(err)
 	}
@@ -180,27 +188,111 @@ func (db *DB) Install(r io.Reader) (SnapshotMeta, error) {
 	if err != nil {
 		return fail(err)
 	}
-	cs, ce, loggers, err := db.loadChain(chain)
+	got, err := db.startFromChain(chain, meta.Index)
 	if err != nil {
 		return fail(err)
 	}
-	if cs != meta.Start || len(chain) != meta.Files {
+	if got.Start != meta.Start || got.Files != meta.Files {
 		return fail(fmt.Errorf("%w: it declares a chain to epoch %d in %d files, its files make one to %d in %d", ErrBadSnapshot,
-			meta.Start, meta.Files, cs, len(chain)))
+			meta.Start, meta.Files, got.Start, got.Files))
 	}
-	meta.End = ce
+	return got, nil
+}
+
+// Reinstall loads the checkpoint chain a follower's own directory holds —
+// the one it wrote while it led (Checkpoint truncated the log for it), or
+// one it installed (Install) — into a follower that has applied nothing,
+// as Install loads a snapshot: the follower then applies the log from
+// index+1. A replica whose log was compacted for those checkpoints
+// reopens so. The log from index+1 must hold every record the chain does
+// not; it may hold more (records the chain covers change nothing). A
+// directory without checkpoints is ErrLogGap; a chain that does not load
+// is a CorruptionError, and fails the follower.
+func (db *DB) Reinstall(index uint64) (SnapshotMeta, error) {
+	if err := db.usable("reinstall"); err != nil {
+		return SnapshotMeta{}, err
+	}
+	db.followMu.Lock()
+	defer db.followMu.Unlock()
+	if err := db.checkFresh("reinstall"); err != nil {
+		return SnapshotMeta{}, err
+	}
+	chain, err := db.findChain()
+	if err != nil {
+		return SnapshotMeta{}, err
+	}
+	if len(chain) == 0 {
+		return SnapshotMeta{}, fmt.Errorf("%w: the log was compacted to index %d for checkpoints, but %s holds none", ErrLogGap, index, db.cfg.Dir)
+	}
+	meta, err := db.startFromChain(chain, index)
+	if err != nil {
+		db.fail(fmt.Errorf("reinstalling the checkpoints: %w", err))
+		return SnapshotMeta{}, err
+	}
+	return meta, nil
+}
+
+// checkFresh refuses a snapshot for an engine that is not a follower, or
+// one that has applied something already. Called with followMu held.
+func (db *DB) checkFresh(op string) error {
+	if !db.following.Load() || db.follower.last != 0 || len(db.cat.tables()) > 0 {
+		return &storage.Error{Kind: storage.ErrInvalidArgument, Op: op, Detail: "a snapshot goes to a follower that has applied nothing"}
+	}
+	return nil
+}
+
+// startFromChain loads chain and readies the follower to apply the log
+// from index+1. Called with followMu held.
+func (db *DB) startFromChain(chain []ckptFile, index uint64) (SnapshotMeta, error) {
+	cs, ce, loggers, err := db.loadChain(chain)
+	if err != nil {
+		return SnapshotMeta{}, err
+	}
+	meta := SnapshotMeta{Index: index, Start: cs, End: ce, Files: len(chain), Bytes: db.chain.fullBytes + db.chain.deltaBytes}
 	ia := &inlineApply{db: db}
 	sm := newStateMachine(db, cs, ce, loggers, ia.apply, ia.barrier)
-	sm.last = meta.Index
+	sm.last = index
 	db.follower, db.followApply = sm, ia
 	db.resetEpochs(ce+1, ce)
 	return meta, nil
 }
 
-// receive reads a snapshot stream into temporary files in the data
-// directory (each checkpoint's name plus ckptTmp, synced) and checks it.
-// It returns the names written, also on error (for removal).
-func (db *DB) receive(r io.Reader) (meta SnapshotMeta, names []string, err error) {
+// removeCheckpointsBut removes every checkpoint file in the data
+// directory but those named keep.
+func (db *DB) removeCheckpointsBut(keep []string) error {
+	names, err := db.fs.List(db.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, ok := parseCkptName(n); ok && !slices.Contains(keep, n) {
+			if err := db.fs.Remove(db.fs.PathJoin(db.cfg.Dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// CheckSnapshot reads a snapshot stream (DB.Snapshot) to its end and
+// checks it as Install does before it writes anything: the magic, the
+// header, the files' names and sizes, the checksum, and that nothing
+// follows it. A stream that fails is ErrBadSnapshot. It does not decode
+// the checkpoint files inside, whose own chunk checksums Install checks
+// when it loads them. A replica uses it to refuse a damaged stream on
+// receipt, before it keeps it.
+func CheckSnapshot(r io.Reader) (SnapshotMeta, error) {
+	meta, _, err := readSnapshot(r, func(_ string, size int64, sr io.Reader) error {
+		_, err := io.CopyN(io.Discard, sr, size)
+		return err
+	})
+	return meta, err
+}
+
+// readSnapshot reads a snapshot stream and checks it, handing each file's
+// bytes to file (which must read exactly size bytes of sr). It returns
+// the names of the files handed over, also on error (for removal).
+func readSnapshot(r io.Reader, file func(name string, size int64, sr io.Reader) error) (meta SnapshotMeta, names []string, err error) {
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	sr := &snapReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc}
 	bad := func(format string, args ...any) error {
@@ -244,7 +336,7 @@ func (db *DB) receive(r io.Reader) (meta SnapshotMeta, names []string, err error
 			return meta, names, bad("size of %s: %d (%v)", name, size, err)
 		}
 		names = append(names, name)
-		if err := db.receiveFile(sr, name, int64(size)); err != nil {
+		if err := file(name, int64(size), sr); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				return meta, names, bad("%s cut short", name)
 			}
@@ -268,7 +360,7 @@ func (db *DB) receive(r io.Reader) (meta SnapshotMeta, names []string, err error
 
 // receiveFile copies size bytes of sr to name+ckptTmp in the data
 // directory and syncs it.
-func (db *DB) receiveFile(sr *snapReader, name string, size int64) error {
+func (db *DB) receiveFile(sr io.Reader, name string, size int64) error {
 	f, err := db.fs.Create(db.fs.PathJoin(db.cfg.Dir, name+ckptTmp), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err

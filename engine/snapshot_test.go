@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -191,4 +192,156 @@ func FuzzInstall(f *testing.F) {
 			t.Fatalf("untyped error %v", err)
 		}
 	})
+}
+
+// TestSnapshotReinstall: CheckSnapshot accepts a snapshot and refuses a
+// damaged one without writing anything; Install replaces the checkpoints
+// an earlier run left in the follower's directory; and a follower opened
+// again on a directory holding a chain — installed, or its own from when
+// it led — reloads it (Reinstall) and, with the log after the index, has
+// the leader's state.
+func TestSnapshotReinstall(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	rec := &recordSink{next: 1}
+	cfg := Config{Dir: "/leader", FS: fs, Loggers: 2, Workers: 4, EpochInterval: time.Millisecond, CheckpointInterval: -1,
+		LogBufferSize: 4 << 10, LogSegmentSize: 64 << 10, OpenSink: func(fs vfs.FS, dir string) (LogSink, error) {
+			s, err := openWALSink(fs, dir, 64<<10, 4)
+			rec.LogSink = s
+			return rec, err
+		}}
+	leader, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Close()
+	for _, err := range []error{leader.CreateNamespace(ctx, "f"), leader.CreateTable(ctx, followFlat), leader.CreateTable(ctx, followClustered)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	write := func(n int) {
+		for i := range n {
+			if err := followWrite(ctx, leader, r, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(200)
+	if _, err := leader.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write(200)
+	var snap bytes.Buffer
+	meta, err := leader.Snapshot(ctx, &snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(200)
+	if meta.Index == 0 {
+		t.Fatalf("snapshot %+v: no log truncated for it", meta)
+	}
+	good := snap.Bytes()
+
+	// CheckSnapshot reads what Install would, and writes nothing.
+	if got, err := CheckSnapshot(bytes.NewReader(good)); err != nil || got.Index != meta.Index || got.Start != meta.Start || got.Files != meta.Files {
+		t.Fatalf("CheckSnapshot: %+v, %v; want %+v", got, err, meta)
+	}
+	for _, bad := range [][]byte{good[:len(good)-1], append(bytes.Clone(good), 0), func() []byte {
+		b := bytes.Clone(good)
+		b[len(b)/2] ^= 0x10
+		return b
+	}()} {
+		if _, err := CheckSnapshot(bytes.NewReader(bad)); !errors.Is(err, ErrBadSnapshot) {
+			t.Fatalf("CheckSnapshot of a damaged stream: %v, want ErrBadSnapshot", err)
+		}
+	}
+
+	// A follower directory with the checkpoints of an earlier run: Install
+	// replaces them.
+	stale := ckptFile{cs: meta.Start + 1000}.name()
+	if err := fs.MkdirAll("/follower", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := fs.Create("/follower/"+stale, vfs.WriteCategoryUnspecified); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Write([]byte("an older run's checkpoint"))
+		f.Close()
+	}
+	rec.mu.Lock()
+	log := rec.recs
+	rec.mu.Unlock()
+	applyFrom := func(db *DB, from uint64) {
+		t.Helper()
+		for i := from; i < uint64(len(log)); i++ {
+			if err := db.Apply(i+1, log[i]); err != nil {
+				t.Fatalf("record %d: %v", i+1, err)
+			}
+		}
+	}
+	f, err := Open(Config{Dir: "/follower", FS: fs, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Install(bytes.NewReader(good)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Stat("/follower/" + stale); err == nil {
+		t.Fatalf("%s is still there after Install", stale)
+	}
+	applyFrom(f, meta.Index)
+	sameState(t, "installed", leader, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened, the follower reloads the chain it installed.
+	f, err = Open(Config{Dir: "/follower", FS: fs, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Reinstall(meta.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Index != meta.Index || got.Start != meta.Start || got.Files != meta.Files || got.Bytes != meta.Bytes {
+		t.Fatalf("reinstalled %+v, installed %+v", got, meta)
+	}
+	if _, err := f.Reinstall(meta.Index); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("a second reinstall: %v, want ErrInvalidArgument", err)
+	}
+	applyFrom(f, meta.Index)
+	sameState(t, "reinstalled", leader, f)
+	f.Close()
+
+	// A follower opened on the leader's own directory reloads the chain
+	// it wrote as leader.
+	want, wantRows := dump(leader)
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	own, err := Open(Config{Dir: "/leader", FS: fs, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if _, err := own.Reinstall(meta.Index); err != nil {
+		t.Fatal(err)
+	}
+	applyFrom(own, meta.Index)
+	if s, rows := dump(own); !maps.Equal(s, want) || !maps.Equal(rows, wantRows) {
+		t.Fatalf("the leader's own chain and log: %d rows, want %d", len(rows), len(wantRows))
+	}
+
+	// No checkpoints: the log's compaction cannot be made good.
+	empty, err := Open(Config{Dir: "/empty", FS: fs, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if _, err := empty.Reinstall(5); !errors.Is(err, ErrLogGap) {
+		t.Fatalf("Reinstall without checkpoints: %v, want ErrLogGap", err)
+	}
 }

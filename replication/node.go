@@ -89,18 +89,52 @@ type Node struct {
 	failed    error
 	applied   uint64
 	confState pb.ConfState // as of applied
-	soft      raft.SoftState
-	term      uint64
+	// confs are the configurations after each conf change applied above
+	// the log's snapshot, in index order; confBase is the snapshot's. A
+	// compaction needs the configuration as of its index (confStateAt).
+	confs    []confAt
+	confBase pb.ConfState
+	// compactions wait for their index to be applied (Compact).
+	compactions []compaction
+	// sendSnap, if set, sends the MsgSnap messages Raft makes (a Silo
+	// streams its engine's snapshot: setSnapshotSender); it reports each
+	// one's outcome with reportSnapshot, on the driving goroutine.
+	sendSnap func(pb.Message)
+	soft     raft.SoftState
+	term     uint64
 }
 
 type completion struct {
-	resps []pb.Message
-	err   error
+	snap   *pb.Snapshot // a snapshot the append installed: restore it now
+	snapAt uint64       // the WAL index of its record
+	resps  []pb.Message
+	err    error
 }
 
-// ErrBadSnapshot is the cause of a snapshot the state machine could not
-// restore.
-var ErrBadSnapshot = errors.New("replication: the state machine refused a snapshot")
+type confAt struct {
+	index uint64
+	cs    pb.ConfState
+}
+
+type compaction struct {
+	index uint64
+	data  []byte
+	done  func(error) // nil: nobody waits
+}
+
+// ErrBadSnapshot is the cause of a snapshot refused: one the state
+// machine could not restore, or (SnapshotError) a snapshot stream a
+// member refused on receipt.
+var ErrBadSnapshot = errors.New("replication: bad snapshot")
+
+// badSnapshot is the error of a snapshot the state machine could not
+// restore: an ErrBadSnapshot.
+func badSnapshot(index uint64, err error) error {
+	if errors.Is(err, ErrBadSnapshot) {
+		return err // it says so, and where
+	}
+	return fmt.Errorf("%w at %d: %w", ErrBadSnapshot, index, err)
+}
 
 // ErrStopped is the cause of every call on a node that failed (its log
 // could not be made durable) or was closed.
@@ -136,6 +170,7 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 		return nil, err
 	}
 	_, n.confState, _ = store.InitialState()
+	n.confBase = n.confState
 	rc := &raft.Config{ID: cfg.ID, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks, Storage: store,
 		MaxSizePerMsg: cfg.MaxSizePerMsg, MaxInflightMsgs: cfg.MaxInflightMsgs, MaxUncommittedEntriesSize: cfg.MaxUncommittedEntriesSize,
 		PreVote: cfg.PreVote, CheckQuorum: cfg.CheckQuorum, AsyncStorageWrites: true, Applied: snap.Metadata.Index,
@@ -158,7 +193,7 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	if !raft.IsEmptySnap(snap) {
 		if err := sm.Restore(snap.Metadata.Index, snap.Data); err != nil {
 			store.close()
-			return nil, fmt.Errorf("%w at %d: %w", ErrBadSnapshot, snap.Metadata.Index, err)
+			return nil, badSnapshot(snap.Metadata.Index, err)
 		}
 		n.applied = snap.Metadata.Index
 	}
@@ -312,17 +347,11 @@ func (n *Node) appendAsync(m pb.Message) {
 	if m.Term != 0 || m.Vote != 0 || m.Commit != 0 {
 		hs = &pb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 	}
-	if m.Snapshot != nil {
-		// Install before the entries that follow it are applied: on the
-		// applier, after what it has queued, if there is one.
-		job := applyJob{snap: m.Snapshot}
-		if n.applier != nil {
-			n.applying++
-			n.applier(job)
-		} else if n.finishApply(n.applyEntries(job)); n.failed != nil {
-			return
-		}
-	}
+	// A snapshot is restored once its record is durable (deliverDone),
+	// before the append's responses are delivered: Raft hands out no
+	// entry after it until it hears the append is done, so the restore
+	// still comes before them; and the state machine may replace what it
+	// keeps on disk only once the log says the snapshot is this node's.
 	resps := m.Responses
 	entries := m.Entries
 	if n.cfg.SyncEachEntry && len(entries) > 1 {
@@ -346,9 +375,9 @@ func (n *Node) appendOne(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState
 	n.doneMu.Lock()
 	n.inflight++
 	n.doneMu.Unlock()
-	err := n.store.appendAsync(snap, entries, hs, func(err error) {
+	err := n.store.appendAsync(snap, entries, hs, func(snapAt uint64, err error) {
 		n.doneMu.Lock()
-		n.doneQ = append(n.doneQ, completion{resps: resps, err: err})
+		n.doneQ = append(n.doneQ, completion{snap: snap, snapAt: snapAt, resps: resps, err: err})
 		n.inflight--
 		n.settled.Broadcast()
 		n.doneMu.Unlock()
@@ -470,6 +499,21 @@ func (n *Node) deliverDone() bool {
 			n.fail(fmt.Errorf("making the raft log durable: %w", c.err))
 			return true
 		}
+		if c.snap != nil {
+			// On the applier, after what it has queued, if there is one.
+			job := applyJob{snap: c.snap}
+			if n.applier != nil {
+				n.applying++
+				n.applier(job)
+			} else if n.finishApply(n.applyEntries(job)); n.failed != nil {
+				return true
+			}
+			// The log before the snapshot is not needed any more.
+			if err := n.store.dropBefore(c.snapAt); err != nil {
+				n.fail(fmt.Errorf("truncating the raft log before a snapshot: %w", err))
+				return true
+			}
+		}
 		for _, m := range c.resps {
 			n.deliver(m)
 		}
@@ -493,9 +537,14 @@ type applyJob struct {
 // it.
 type appliedJob struct {
 	job  applyJob
-	ccs  []pb.ConfChangeI
+	ccs  []indexedConfChange
 	last uint64
 	err  error
+}
+
+type indexedConfChange struct {
+	index uint64
+	cc    pb.ConfChangeI
 }
 
 // apply applies a MsgStorageApply's committed entries, on this goroutine
@@ -526,7 +575,7 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 	res := appliedJob{job: job, last: job.from}
 	if s := job.snap; s != nil {
 		if err := n.sm.Restore(s.Metadata.Index, s.Data); err != nil {
-			res.err = fmt.Errorf("%w at %d: %w", ErrBadSnapshot, s.Metadata.Index, err)
+			res.err = badSnapshot(s.Metadata.Index, err)
 			return res
 		}
 		res.last = s.Metadata.Index
@@ -554,7 +603,7 @@ func (n *Node) applyEntries(job applyJob) appliedJob {
 				res.err = fmt.Errorf("entry %d: %w", e.Index, err)
 				return res
 			}
-			res.ccs = append(res.ccs, cc)
+			res.ccs = append(res.ccs, indexedConfChange{e.Index, cc})
 		}
 		res.last = e.Index
 	}
@@ -578,18 +627,22 @@ func raftpbConfChange(e pb.Entry) (pb.ConfChangeI, error) {
 func (n *Node) finishApply(res appliedJob) {
 	if s := res.job.snap; s != nil && res.err == nil {
 		n.confState = s.Metadata.ConfState
+		n.confBase, n.confs = s.Metadata.ConfState, nil
 		n.applied = s.Metadata.Index
 	}
-	for _, cc := range res.ccs {
-		n.confState = *n.rn.ApplyConfChange(cc)
+	for _, c := range res.ccs {
+		n.confState = *n.rn.ApplyConfChange(c.cc)
+		n.confs = append(n.confs, confAt{c.index, n.confState})
 		if mo, ok := n.obs.(MembershipObserver); ok {
-			mo.MembershipChanged(cc.AsV2())
+			mo.MembershipChanged(c.cc.AsV2())
 		}
 	}
 	n.applied = max(n.applied, res.last)
 	if res.err != nil {
 		n.fail(res.err)
+		return
 	}
+	n.compactApplied()
 }
 
 // finishJob records a job the applier finished (setApplier), and
@@ -628,6 +681,10 @@ func (n *Node) deliver(m pb.Message) {
 }
 
 func (n *Node) send(m pb.Message) {
+	if m.Type == pb.MsgSnap && n.sendSnap != nil {
+		n.sendSnap(m)
+		return
+	}
 	if n.tr == nil {
 		n.rn.ReportUnreachable(m.To)
 		return
@@ -654,6 +711,12 @@ func (n *Node) fail(err error) {
 	}
 	n.failed = fmt.Errorf("%w: node %d: %w", ErrStopped, n.cfg.ID, err)
 	n.cfg.Logf("replication: %v", n.failed)
+	for _, c := range n.compactions {
+		if c.done != nil {
+			c.done(n.failed)
+		}
+	}
+	n.compactions = nil
 	for _, r := range n.readReady {
 		r.fn(0, n.failed)
 	}
@@ -677,13 +740,126 @@ func (n *Node) WaitAppends() {
 func (n *Node) Woken() <-chan struct{} { return n.wake }
 
 // Compact drops the log up to index, which the state machine's snapshot
-// data covers; a follower behind it is sent a snapshot. index must be
-// applied.
+// data covers; a follower behind it is sent a snapshot. The snapshot's
+// configuration is the one as of index. If index is not applied yet (the
+// state machine may know of an entry before the node has counted it
+// applied), the compaction waits until it is, and a failure then stops
+// the node. A compaction to an index the log dropped already does
+// nothing.
 func (n *Node) Compact(index uint64, data []byte) error {
 	if index > n.applied {
-		return fmt.Errorf("replication: compacting to %d, applied %d", index, n.applied)
+		n.compactions = append(n.compactions, compaction{index: index, data: data})
+		return nil
 	}
-	return n.store.compact(index, n.confState, data)
+	return n.compact(index, data)
+}
+
+// compactThen is Compact, calling done (on the driving goroutine) once
+// the compaction is durable, or with the error that failed it or stopped
+// the node.
+func (n *Node) compactThen(index uint64, data []byte, done func(error)) {
+	if n.failed != nil {
+		done(n.failed)
+		return
+	}
+	if index > n.applied {
+		n.compactions = append(n.compactions, compaction{index, data, done})
+		return
+	}
+	done(n.compact(index, data))
+}
+
+// compactApplied runs the compactions waiting for an index now applied.
+func (n *Node) compactApplied() {
+	kept := n.compactions[:0]
+	for _, c := range n.compactions {
+		if c.index > n.applied {
+			kept = append(kept, c)
+			continue
+		}
+		err := n.compact(c.index, c.data)
+		if c.done != nil {
+			c.done(err)
+		}
+		if err != nil {
+			n.fail(fmt.Errorf("compacting the raft log to %d: %w", c.index, err))
+			return
+		}
+	}
+	n.compactions = kept
+}
+
+func (n *Node) compact(index uint64, data []byte) error {
+	if first, _ := n.store.FirstIndex(); index < first {
+		return nil
+	}
+	cs, err := n.confStateAt(index)
+	if err != nil {
+		return err
+	}
+	if err := n.store.compact(index, cs, data); err != nil {
+		return err
+	}
+	// The configurations up to index are history now.
+	k := 0
+	for k < len(n.confs) && n.confs[k].index <= index {
+		n.confBase = n.confs[k].cs
+		k++
+	}
+	n.confs = append(n.confs[:0], n.confs[k:]...)
+	return nil
+}
+
+// confStateAt is the configuration as of index, which must be applied
+// and not before the log's snapshot.
+func (n *Node) confStateAt(index uint64) (pb.ConfState, error) {
+	first, _ := n.store.FirstIndex()
+	if index+1 < first || index > n.applied {
+		return pb.ConfState{}, fmt.Errorf("replication: the configuration as of %d: the log keeps %d..%d applied", index, first-1, n.applied)
+	}
+	cs := n.confBase
+	for _, c := range n.confs {
+		if c.index > index {
+			break
+		}
+		cs = c.cs
+	}
+	return cs, nil
+}
+
+// snapshotMeta is the metadata of a snapshot of the state as of index:
+// its term and configuration. index must be applied, and kept in the log
+// or its snapshot's.
+func (n *Node) snapshotMeta(index uint64) (pb.SnapshotMetadata, error) {
+	term, err := n.store.Term(index)
+	if err != nil {
+		return pb.SnapshotMetadata{}, fmt.Errorf("replication: the term of %d: %w", index, err)
+	}
+	cs, err := n.confStateAt(index)
+	if err != nil {
+		return pb.SnapshotMetadata{}, err
+	}
+	return pb.SnapshotMetadata{Index: index, Term: term, ConfState: cs}, nil
+}
+
+// setSnapshotSender makes the node hand the MsgSnap messages Raft makes
+// to fn instead of sending them: fn sends the snapshot its own way, and
+// reports how it went with reportSnapshot. Call it before the node is
+// driven.
+func (n *Node) setSnapshotSender(fn func(pb.Message)) { n.sendSnap = fn }
+
+// reportSnapshot tells Raft how sending a snapshot to node to went: nil,
+// delivered; an error, not (the node probes the follower again).
+func (n *Node) reportSnapshot(to uint64, err error) {
+	if n.failed != nil {
+		return
+	}
+	defer n.catch()
+	status := raft.SnapshotFinish
+	if err != nil {
+		status = raft.SnapshotFailure
+	}
+	n.rn.ReportSnapshot(to, status)
 }
 
 // Status is what a node knows of its group.

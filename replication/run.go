@@ -30,6 +30,9 @@ type Runner struct {
 	once      sync.Once
 	mu        sync.Mutex
 	err       error
+	// streams, if set, takes the streams peers send (SendStream); without
+	// it they are refused.
+	streams func(ctx context.Context, from transport.NodeID, r io.Reader) error
 }
 
 // inboxBatches bounds the batches of messages waiting for the loop; past
@@ -232,13 +235,23 @@ func (h runnerHandler) Receive(_ transport.NodeID, msgs [][]byte) {
 	}
 }
 
-// errNoCalls: the Raft group sends messages only; nothing calls a node.
+// errNoCalls: the Raft group sends messages (and a Silo's snapshots)
+// only; nothing calls a node.
 var errNoCalls = errors.New("replication: a node serves no calls")
 
 func (runnerHandler) Serve(context.Context, transport.NodeID, []byte) ([]byte, error) {
 	return nil, errNoCalls
 }
 
-func (runnerHandler) ReceiveStream(context.Context, transport.NodeID, io.Reader) error {
+func (h runnerHandler) ReceiveStream(ctx context.Context, from transport.NodeID, r io.Reader) error {
+	if f := h.r.streams; f != nil {
+		return f(ctx, from, r)
+	}
 	return errNoCalls
+}
+
+// setStreams makes the runner's handler pass the streams peers send to
+// fn (a Silo's snapshots). Call it before the transport delivers.
+func (r *Runner) setStreams(fn func(ctx context.Context, from transport.NodeID, r io.Reader) error) {
+	r.streams = fn
 }

@@ -24,14 +24,24 @@ import (
 // WAL. A leader that loses its office fails what it had in flight
 // (engine.LeadershipLostError) and stops: its memory may hold commits the
 // new leader voids, so its owner opens the member again, as a follower
-// that applies the log from its start.
+// that applies the log from its snapshot on.
 //
-// The Raft log is not compacted yet: engine checkpoints do not become
-// Raft snapshots, and a restarted member applies the whole log.
+// The leading engine's checkpoints compact the Raft log (the log before
+// a checkpoint's start is truncated, TruncateFront): the Raft snapshot
+// stands for the engine's checkpoint chain. A follower behind the
+// compacted log is streamed the engine's snapshot, which it checks,
+// keeps and installs into a fresh engine (snapshot.go); a restarted
+// member reloads its snapshot — the chain it wrote while it led, or the
+// stream it kept — and applies the log after it. Followers' engines keep
+// their state in memory and write no checkpoints, so a follower keeps
+// its whole log (back to its last snapshot) to restart from.
 type Silo struct {
 	node *Node
 	run  *Runner
-	db   *engine.DB
+	// db is the member's engine; installing a snapshot replaces it.
+	db    atomic.Pointer[engine.DB]
+	ecfg  engine.Config // a new engine's configuration
+	snaps snapshots
 
 	// propMu keeps the order of proposals and of pending the same.
 	propMu sync.Mutex
@@ -88,13 +98,22 @@ func OpenSilo(cfg SiloConfig) (*Silo, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Silo{db: db, lostCh: make(chan struct{}), persistOnly: cfg.PersistOnly}
+	s := &Silo{ecfg: ec, lostCh: make(chan struct{}), persistOnly: cfg.PersistOnly}
+	s.db.Store(db)
+	s.snaps.init(cfg.Node)
 	if s.node, err = Open(cfg.Node, s); err != nil {
-		db.Close()
+		s.snaps.close()
+		s.db.Load().Close()
 		return nil, err
 	}
+	// The streams kept that the log's snapshot does not name are not
+	// needed.
+	first, _ := s.node.store.FirstIndex()
+	s.snaps.pruneReceived(first-1, true)
 	s.node.SetObserver(s)
+	s.node.setSnapshotSender(s.sendSnapshot)
 	s.run = NewRunner(s.node)
+	s.run.setStreams(s.receiveSnapshot)
 	// A node that stops on an error (its log could not be made durable)
 	// takes the member with it: what was in flight fails.
 	go func() {
@@ -122,8 +141,15 @@ func (s *Silo) Runner() *Runner { return s.run }
 func (s *Silo) Node() *Node { return s.node }
 
 // DB is the member's engine: a follower's refuses writes with
-// storage.ErrNotLeader.
-func (s *Silo) DB() *engine.DB { return s.db }
+// storage.ErrNotLeader. Installing a snapshot replaces a follower's
+// engine (the old one is closed): call DB again rather than keep it.
+func (s *Silo) DB() *engine.DB { return s.db.Load() }
+
+// Snapshots counts the snapshots the member sent, received and
+// installed.
+func (s *Silo) Snapshots() SnapshotStats { return s.snaps.stats() }
+
+func (s *Silo) logf(format string, args ...any) { s.node.cfg.Logf(format, args...) }
 
 // Leading reports whether the member's engine leads and takes writes.
 func (s *Silo) Leading() bool {
@@ -148,9 +174,13 @@ func (s *Silo) Close() error {
 		close(s.lostCh) // (ends the watch on the node's failure)
 	}
 	s.mu.Unlock()
+	s.snaps.close()
 	s.run.Stop()
 	s.failPending(&engine.LeadershipLostError{Term: s.term})
-	err := s.db.Close()
+	// (A stream being written may wait for a checkpoint's record, which
+	// failPending fails.)
+	s.snaps.wg.Wait()
+	err := s.DB().Close()
 	if errors.Is(err, engine.ErrFailed) {
 		err = nil // it failed because its proposals did
 	}
@@ -168,7 +198,7 @@ func (s *Silo) Apply(index uint64, data []byte) error {
 			s.skipped.Store(true)
 			return nil
 		}
-		return s.db.Apply(index, data)
+		return s.DB().Apply(index, data)
 	}
 	if len(s.pending) == 0 {
 		s.mu.Unlock()
@@ -189,12 +219,6 @@ func (s *Silo) Apply(index uint64, data []byte) error {
 		done(index, nil)
 	}
 	return nil
-}
-
-// Restore would load a snapshot: there are none yet (the log is never
-// compacted).
-func (s *Silo) Restore(index uint64, data []byte) error {
-	return fmt.Errorf("replication: the replicated engine takes no snapshots yet (one at index %d)", index)
 }
 
 // RoleChanged: a member whose engine leads and sees another leader (or
@@ -228,7 +252,7 @@ func (s *Silo) LeaderReady(term uint64) {
 	// Promote proposes (and waits for) records, which this loop commits:
 	// it runs beside it.
 	go func() {
-		if err := s.db.Promote(siloSink{s}); err != nil {
+		if err := s.DB().Promote(siloSink{s}); err != nil {
 			s.lose(term)
 			return
 		}
@@ -250,7 +274,7 @@ func (s *Silo) lose(term uint64) {
 	close(s.lostCh)
 	s.mu.Unlock()
 	s.failPending(&engine.LeadershipLostError{Term: term})
-	s.db.LeadershipLost(term)
+	s.DB().LeadershipLost(term)
 }
 
 func (s *Silo) failPending(err error) {
@@ -303,8 +327,15 @@ func (k siloSink) Propose(recs [][]byte, done func(uint64, error)) error {
 // Replay is not used: the member's engine follows from the log's start.
 func (siloSink) Replay(uint64, func(uint64, []byte) error) error { return nil }
 
-// TruncateFront keeps the Raft log: it is not compacted yet.
-func (siloSink) TruncateFront(uint64) error { return nil }
+// TruncateFront compacts the Raft log before index: the engine's
+// checkpoints stand for it (its records are the entries, index for
+// index), and the Raft snapshot says so.
+func (k siloSink) TruncateFront(index uint64) error {
+	if index <= 1 {
+		return nil
+	}
+	return k.s.compact(index - 1)
+}
 
 func (siloSink) Recovered() engine.SinkRecovery { return engine.SinkRecovery{} }
 

@@ -26,7 +26,7 @@ import (
 //	entry     = 1 uvarint(index) uvarint(term) uvarint(type) data
 //	hardstate = 2 uvarint(term) uvarint(vote) uvarint(commit)
 //	snapshot  = 3 uvarint(index) uvarint(term) confstate data
-//	compact   = 4 uvarint(index) uvarint(term) confstate
+//	compact   = 4 uvarint(index) uvarint(term) confstate data
 //	confstate = uvarint(n) uvarint(voter)*n uvarint(n) uvarint(learner)*n
 //	            uvarint(n) uvarint(outgoing)*n uvarint(n) uvarint(next learner)*n
 //	            byte(auto leave)
@@ -36,8 +36,9 @@ import (
 // the whole log with the snapshot (a follower that installs one); a
 // compact record drops the entries up to its index, which a snapshot of
 // this node's own state covers, and keeps the rest. The WAL is truncated
-// behind the newest compact or snapshot record after re-appending the
-// current hard state, so a replay always finds them.
+// behind the newest compact record after re-appending the current hard
+// state, and behind a snapshot record once it is durable with the hard
+// state appended with it, so a replay always finds them.
 type logStore struct {
 	*raft.MemoryStorage
 	wal *wal.Log
@@ -142,6 +143,9 @@ func (s *logStore) replay() error {
 			if rec[0] == recSnapshot {
 				snap = &pb.Snapshot{Metadata: m, Data: d.rest()}
 				entries = nil
+				s.mu.Lock()
+				s.batches = nil // the log before it is gone
+				s.mu.Unlock()
 				break
 			}
 			kept := entries[:0]
@@ -212,15 +216,20 @@ func (s *logStore) notedBatch(index, at uint64) {
 
 // appendAsync writes what one MsgStorageAppend carries — a snapshot to
 // install, entries, a hard state — to memory at once and to the WAL, and
-// calls done once the WAL made it durable (or failed). Called from the
+// calls done once the WAL made it durable (or failed), with the WAL index
+// of the snapshot's record if there is one and a hard state follows it
+// (dropBefore may then drop the WAL before it), else 0. Called from the
 // node's one append thread, in message order.
-func (s *logStore) appendAsync(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState, done func(error)) error {
+func (s *logStore) appendAsync(snap *pb.Snapshot, entries []pb.Entry, hs *pb.HardState, done func(snapAt uint64, err error)) error {
 	var recs [][]byte
 	if snap != nil {
 		if err := s.MemoryStorage.ApplySnapshot(*snap); err != nil {
 			return err
 		}
 		recs = append(recs, snapshotRecord(recSnapshot, snap.Metadata, snap.Data))
+		s.mu.Lock()
+		s.batches = nil // the log before it is gone
+		s.mu.Unlock()
 	}
 	if len(entries) > 0 {
 		if err := s.MemoryStorage.Append(entries); err != nil {
@@ -237,10 +246,19 @@ func (s *logStore) appendAsync(snap *pb.Snapshot, entries []pb.Entry, hs *pb.Har
 		recs = append(recs, hardStateRecord(*hs))
 	}
 	if len(recs) == 0 {
-		done(nil)
+		done(0, nil)
 		return nil
 	}
-	first, err := s.wal.AppendAsync(recs, func(_ uint64, err error) { done(err) })
+	n := uint64(len(recs))
+	first, err := s.wal.AppendAsync(recs, func(last uint64, err error) {
+		var at uint64
+		if snap != nil && hs != nil && err == nil {
+			// (Without a hard state in the batch, the one before the
+			// snapshot's record must stay.)
+			at = last - n + 1
+		}
+		done(at, err)
+	})
 	if err != nil {
 		return err
 	}
@@ -301,6 +319,15 @@ func (s *logStore) compact(index uint64, cs pb.ConfState, data []byte) error {
 		return nil
 	}
 	return s.wal.TruncateFront(cut)
+}
+
+// dropBefore truncates the WAL before index, the record of a snapshot
+// installed and durable: replay starts the log over at it.
+func (s *logStore) dropBefore(index uint64) error {
+	if index <= s.wal.FirstIndex() {
+		return nil
+	}
+	return s.wal.TruncateFront(index)
 }
 
 func (s *logStore) close() error { return s.wal.Close() }
