@@ -116,3 +116,13 @@ func IsRetryable(err error) bool {
 func newError(kind error, op, column, detail string) *Error {
 	return &Error{Kind: kind, Op: op, Column: column, Detail: detail}
 }
+
+// WithOp names op as the operation of err, a *Error that names none, and
+// returns err: for a backend that learns the operation after the error.
+func WithOp(err error, op string) error {
+	var se *Error
+	if errors.As(err, &se) && se.Op == "" {
+		se.Op = op
+	}
+	return err
+}

@@ -102,6 +102,15 @@ func CheckNamespaceName(name string) error {
 	return nil
 }
 
+// CheckTableName validates a namespace name (CheckNamespaceName) and a
+// table name.
+func CheckTableName(namespace, table string) error {
+	if err := CheckNamespaceName(namespace); err != nil {
+		return err
+	}
+	return CheckName("table", table)
+}
+
 // Validate checks the schema: names, at least one partition-key column,
 // known types, no DOUBLE in keys, no duplicate columns, the column limits.
 func (t *Table) Validate() error {

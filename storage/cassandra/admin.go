@@ -110,7 +110,7 @@ func (db *DB) CreateNamespace(ctx context.Context, name string) error {
 		return err
 	}
 	if err := storage.CheckNamespaceName(name); err != nil {
-		return withOp(err, op)
+		return storage.WithOp(err, op)
 	}
 	applied, _, err := db.catalogCAS(ctx, op, `UPDATE `+db.catalog+
 		` SET gen = ? WHERE part = 0 AND namespace = ? AND name = '' IF gen = null`, newUUID(), name)
@@ -129,7 +129,7 @@ func (db *DB) DropNamespace(ctx context.Context, name string) error {
 		return err
 	}
 	if err := storage.CheckNamespaceName(name); err != nil {
-		return withOp(err, op)
+		return storage.WithOp(err, op)
 	}
 	for range ddlAttempts {
 		exists, gen, tables, err := db.readNamespace(ctx, op, name)
@@ -192,7 +192,7 @@ func (db *DB) ListTables(ctx context.Context, namespace string) ([]string, error
 		return nil, err
 	}
 	if err := storage.CheckNamespaceName(namespace); err != nil {
-		return nil, withOp(err, op)
+		return nil, storage.WithOp(err, op)
 	}
 	exists, _, tables, err := db.readNamespace(ctx, op, namespace)
 	if err != nil {
@@ -232,7 +232,7 @@ func (db *DB) CreateTable(ctx context.Context, t *storage.Table) error {
 	}
 	t = t.Clone()
 	if err := t.Validate(); err != nil {
-		return withOp(err, op)
+		return storage.WithOp(err, op)
 	}
 	def, err := json.Marshal(t)
 	if err != nil {
@@ -329,8 +329,8 @@ func (db *DB) DropTable(ctx context.Context, namespace, table string) error {
 	if err := db.checkOpen(op); err != nil {
 		return err
 	}
-	if err := checkNames(namespace, table); err != nil {
-		return withOp(err, op)
+	if err := storage.CheckTableName(namespace, table); err != nil {
+		return storage.WithOp(err, op)
 	}
 	defer db.uncache(namespace, table)
 	for range ddlAttempts {
@@ -373,21 +373,6 @@ func (db *DB) DescribeTable(ctx context.Context, namespace, table string) (*stor
 	return t.Table.Clone(), nil
 }
 
-func checkNames(namespace, table string) error {
-	if err := storage.CheckNamespaceName(namespace); err != nil {
-		return err
-	}
-	return storage.CheckName("table", table)
-}
-
-func withOp(err error, op string) error {
-	var se *storage.Error
-	if errors.As(err, &se) && se.Op == "" {
-		se.Op = op
-	}
-	return err
-}
-
 func withTable(err error, ns, table string) error {
 	var se *storage.Error
 	if errors.As(err, &se) && se.Namespace == "" {
@@ -412,8 +397,8 @@ func (db *DB) table(ctx context.Context, op, namespace, table string) (*relTable
 	if t != nil {
 		return t, nil
 	}
-	if err := checkNames(namespace, table); err != nil {
-		return nil, withOp(err, op)
+	if err := storage.CheckTableName(namespace, table); err != nil {
+		return nil, storage.WithOp(err, op)
 	}
 	e, ok, err := db.readTable(ctx, op, namespace, table)
 	if err != nil {

@@ -96,7 +96,7 @@ func (db *DB) mutate(ctx context.Context, op string, ms []storage.Mutation) erro
 	ns, name, err := storage.CheckMutationTarget(ms)
 	if err != nil {
 		if op != "mutate" { // a nil Put or Delete
-			return withOp(err, op)
+			return storage.WithOp(err, op)
 		}
 		return err
 	}

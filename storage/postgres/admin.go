@@ -30,7 +30,7 @@ func (b *Backend) namespaceDDL(ctx context.Context, op, name string, fn func(tx 
 		return err
 	}
 	if err := storage.CheckNamespaceName(name); err != nil {
-		return withOp(err, op)
+		return storage.WithOp(err, op)
 	}
 	return b.inTx(ctx, op, func(tx pgx.Tx) error {
 		ok, err := namespaceExists(ctx, tx, name)
@@ -96,7 +96,7 @@ func (b *Backend) ListNamespaces(ctx context.Context) ([]string, error) {
 func (b *Backend) ListTables(ctx context.Context, namespace string) ([]string, error) {
 	const op = "list tables"
 	if err := storage.CheckNamespaceName(namespace); err != nil {
-		return nil, withOp(err, op)
+		return nil, storage.WithOp(err, op)
 	}
 	names, err := b.listNames(ctx, op, `SELECT name FROM kiroku_meta.tables WHERE namespace = $1 ORDER BY name`, namespace)
 	if err != nil || len(names) > 0 {
@@ -152,7 +152,7 @@ func (b *Backend) CreateTable(ctx context.Context, t *storage.Table) error {
 	}
 	t = t.Clone()
 	if err := t.Validate(); err != nil {
-		return withOp(err, op)
+		return storage.WithOp(err, op)
 	}
 	def, err := json.Marshal(t)
 	if err != nil {
@@ -198,8 +198,8 @@ func (b *Backend) DropTable(ctx context.Context, namespace, table string) error 
 	if err := b.checkOpen(op); err != nil {
 		return err
 	}
-	if err := checkNames(namespace, table); err != nil {
-		return withOp(err, op)
+	if err := storage.CheckTableName(namespace, table); err != nil {
+		return storage.WithOp(err, op)
 	}
 	defer b.uncache(namespace, table)
 	return b.inTx(ctx, op, func(tx pgx.Tx) error {
@@ -234,21 +234,6 @@ func (b *Backend) DescribeTable(ctx context.Context, namespace, table string) (*
 	return t.Table.Clone(), nil
 }
 
-func checkNames(namespace, table string) error {
-	if err := storage.CheckNamespaceName(namespace); err != nil {
-		return err
-	}
-	return storage.CheckName("table", table)
-}
-
-func withOp(err error, op string) error {
-	var se *storage.Error
-	if errors.As(err, &se) && se.Op == "" {
-		se.Op = op
-	}
-	return err
-}
-
 // table returns a table's schema, from the cache or the metadata table.
 // The cache is filled on first use and by this process's DDL; a table
 // dropped or replaced by another process is noticed when PostgreSQL reports
@@ -271,8 +256,8 @@ func (b *Backend) tableVia(ctx context.Context, q querier, op, namespace, table 
 	if t != nil {
 		return t, nil
 	}
-	if err := checkNames(namespace, table); err != nil {
-		return nil, withOp(err, op)
+	if err := storage.CheckTableName(namespace, table); err != nil {
+		return nil, storage.WithOp(err, op)
 	}
 	var def []byte
 	var rel string
