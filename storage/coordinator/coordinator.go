@@ -51,6 +51,37 @@
 // only read was found unchanged after its prepares, so the transaction
 // behaves as if it ran at its decision. A transaction that conflicts
 // leaves no trace a reader would take for data.
+//
+// Invariants, and why they hold whatever client crashes when:
+//
+//   - A transaction is committed exactly when its decision row says
+//     "committed". The decision is written once (IfNotExists), by the
+//     transaction itself or, as "aborted", by a reader; so there is one
+//     verdict, and Commit returns nil only after writing "committed". A
+//     write of the decision whose reply is lost is ErrCommitUnknown, never
+//     success or a plain failure.
+//   - An acknowledged commit survives any client crash: before its
+//     decision every row it wrote holds its new image (prepared), and the
+//     decision is durable in the store; a row still prepared after the
+//     client died is rolled forward by the first reader that meets it,
+//     since the decision says "committed". Nothing but that transaction
+//     can change a row it holds, and a reader's roll-back needs an
+//     "aborted" decision, which cannot coexist with "committed".
+//   - A reader never sees a half-committed transaction: it returns only
+//     committed rows, and turns every prepared row it meets into a
+//     committed one first, by the writer's decision (or, once expired
+//     undecided, by deciding "aborted" itself); so it sees each
+//     transaction's rows all with their new images or all with their old.
+//     A prepare or decision that reaches the store twice (a retried call)
+//     changes nothing the second time: the conditions name the
+//     transaction and the version read.
+//   - Expiry only bounds how long a crashed client's rows stay locked; it
+//     is not needed for safety. A transaction slower than Config.Expiry is
+//     aborted by a reader, and its own decision then fails IfNotExists and
+//     it reports a conflict.
+//
+// The decision rows are never removed yet: the table grows by one row per
+// writing transaction.
 package coordinator
 
 import (
