@@ -37,6 +37,11 @@
 //     one higher) or is deleted, on the condition that this transaction
 //     still holds it. This may be left unfinished: readers finish it.
 //
+// A transaction that read and wrote a single row, and nothing else, commits
+// in one phase instead: one conditional write puts the row committed if it
+// is still the version read. Single operations through the coordinator
+// (Put, Delete) are such transactions: a read and one write.
+//
 // A reader that meets a row prepared by another transaction looks up
 // that transaction's decision: committed, it rolls the row forward;
 // aborted, it restores the old image; none yet and the row prepared more

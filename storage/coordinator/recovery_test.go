@@ -119,3 +119,65 @@ func TestRecovery(t *testing.T) {
 		t.Fatalf("after a decided transaction stopped: a=%d b=%d %v, want its writes rolled forward (3, 3)", a, b, err)
 	}
 }
+
+// TestOnePhase: a transaction that reads and writes one row commits with
+// one conditional write and no decision; one that writes two rows
+// prepares both, decides once and commits both.
+func TestOnePhase(t *testing.T) {
+	ctx := context.Background()
+	db, err := engine.Open(engine.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var puts, decisions atomic.Int64
+	c, err := coordinator.Open(ctx, faultyStore{Store: db, fail: func(p *storage.Put) bool {
+		if p.Table == "state" {
+			decisions.Add(1)
+		} else {
+			puts.Add(1)
+		}
+		return false
+	}}, coordinator.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateNamespace(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateTable(ctx, &storage.Table{Namespace: "app", Name: "kv",
+		PartitionKey: []storage.Column{{Name: "k", Type: storage.TypeText}},
+		Columns:      []storage.Column{{Name: "v", Type: storage.TypeBigInt}}}); err != nil {
+		t.Fatal(err)
+	}
+	puts.Store(0)
+	decisions.Store(0)
+	for v := range int64(3) {
+		if err := c.Put(ctx, &storage.Put{Namespace: "app", Table: "kv", Partition: storage.Values{"k": storage.Text("a")},
+			Values: storage.Values{"v": storage.BigInt(v)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, d := puts.Load(), decisions.Load(); p != 3 || d != 0 {
+		t.Fatalf("three single-row puts made %d row writes and %d decisions, want 3 and 0", p, d)
+	}
+	row, ok, err := c.Get(ctx, &storage.Get{Namespace: "app", Table: "kv", Partition: storage.Values{"k": storage.Text("a")}})
+	if err != nil || !ok || row["v"].AsBigInt() != 2 {
+		t.Fatalf("after one-phase puts: %v %v %v", row, ok, err)
+	}
+	puts.Store(0)
+	if err := storage.Update(ctx, c, func(tx storage.Txn) error {
+		for _, k := range []string{"a", "b"} {
+			if err := tx.Put(ctx, &storage.Put{Namespace: "app", Table: "kv", Partition: storage.Values{"k": storage.Text(k)},
+				Values: storage.Values{"v": storage.BigInt(9)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p, d := puts.Load(), decisions.Load(); p != 4 || d != 1 {
+		t.Fatalf("a two-row transaction made %d row writes and %d decisions, want 4 (prepare and commit each) and 1", p, d)
+	}
+}

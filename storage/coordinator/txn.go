@@ -610,6 +610,9 @@ func (t *txn) Commit(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	if len(keys) == 1 && len(t.scans) == 0 && len(t.reads) == 1 {
+		return t.commitOne(ctx, keys[0])
+	}
 	now := db.cfg.Now().UnixMicro()
 	var prepared []string
 	abort := func(cause error) error {
@@ -693,6 +696,48 @@ func (t *txn) Commit(ctx context.Context) error {
 		_ = db.rollForward(ctx, r.ti, row, t.id)
 	}
 	return nil
+}
+
+// commitOne commits a transaction that read and wrote one row only, in
+// one phase: a single conditional write puts the row in its committed
+// state if it is still the version read (or still absent). That write is
+// the commit point: no other row needs to agree, so no decision row is
+// needed, and no reader ever meets the row prepared. A write whose reply
+// is lost leaves the outcome unknown.
+func (t *txn) commitOne(ctx context.Context, k string) error {
+	w, r := t.writes[k], t.reads[k]
+	ti := r.ti
+	cond := storage.IfNotExists()
+	if r.present {
+		cond = storage.If(storage.Eq(colVersion, storage.BigInt(r.version)), storage.Eq(colState, storage.BigInt(stateCommitted)))
+	}
+	var err error
+	if w.del {
+		if !r.present {
+			return nil // nothing was there
+		}
+		err = t.db.s.Delete(ctx, &storage.Delete{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
+			Condition: cond})
+	} else {
+		vals := storage.Values{colTx: storage.Text(t.id), colState: storage.BigInt(stateCommitted), colVersion: storage.BigInt(r.version + 1),
+			colPrepared: storage.Null(), colBefPresent: storage.Null(), colBefVersion: storage.Null()}
+		for _, c := range ti.user.Columns {
+			vals[c.Name] = w.values[c.Name]
+			vals[befPrefix+c.Name] = storage.Null()
+		}
+		err = t.db.s.Put(ctx, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
+			Values: vals, Condition: cond})
+	}
+	var se *storage.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, storage.ErrConditionNotMet):
+		return conflict("commit", "the row written changed since the transaction read it")
+	case errors.As(err, &se):
+		return err // the store says what became of the write
+	}
+	return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: err.Error(), Cause: err}
 }
 
 // undo rolls back the row k this transaction prepared.
