@@ -639,63 +639,18 @@ func (db *DB) get(ctx context.Context, g *storage.Get, wait bool) (storage.Row, 
 // Scan reads a partition range atomically (a validated read-only
 // transaction, retried on conflict) and streams the materialized rows.
 func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
-	return scan(ctx, db, s)
+	return storage.ScanIn(ctx, db, s)
 }
 
-func scan(ctx context.Context, db storage.Beginner, s *storage.Scan) (storage.Rows, error) {
-	var rows storage.Rows
-	err := storage.Update(ctx, db, func(t storage.Txn) error {
-		var err error
-		rows, err = t.Scan(ctx, s)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return rows, nil
-}
+func (db *DB) Put(ctx context.Context, p *storage.Put) error { return storage.PutIn(ctx, db, p) }
 
-func (db *DB) Put(ctx context.Context, p *storage.Put) error { return put(ctx, db, p) }
-
-func put(ctx context.Context, db storage.Beginner, p *storage.Put) error {
-	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Put(ctx, p) })
-}
-
-func (db *DB) Delete(ctx context.Context, d *storage.Delete) error { return del(ctx, db, d) }
-
-func del(ctx context.Context, db storage.Beginner, d *storage.Delete) error {
-	return storage.Update(ctx, db, func(t storage.Txn) error { return t.Delete(ctx, d) })
+func (db *DB) Delete(ctx context.Context, d *storage.Delete) error {
+	return storage.DeleteIn(ctx, db, d)
 }
 
 // Mutate applies the mutations in one transaction.
-func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error { return mutate(ctx, db, ms) }
-
-func mutate(ctx context.Context, db storage.Beginner, ms []storage.Mutation) error {
-	if _, _, err := storage.CheckMutationTarget(ms); err != nil {
-		return err
-	}
-	return storage.Update(ctx, db, func(t storage.Txn) error {
-		for i, m := range ms {
-			var err error
-			switch m := m.(type) {
-			case *storage.Put:
-				err = t.Put(ctx, m)
-			case *storage.Delete:
-				err = t.Delete(ctx, m)
-			default:
-				return &storage.Error{Kind: storage.ErrInvalidArgument, Op: "mutate", Detail: fmt.Sprintf("unknown mutation %T", m)}
-			}
-			var se *storage.Error
-			if errors.Is(err, storage.ErrConditionNotMet) && errors.As(err, &se) {
-				return &storage.Error{Kind: storage.ErrConditionNotMet, Op: "mutate", Namespace: se.Namespace, Table: se.Table,
-					Detail: fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms))}
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error {
+	return storage.MutateIn(ctx, db, ms)
 }
 
 // ---- the unsynced view ----------------------------------------------------------
@@ -735,10 +690,12 @@ func (u unsyncedView) Get(ctx context.Context, g *storage.Get) (storage.Row, boo
 }
 
 func (u unsyncedView) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
-	return scan(ctx, u, s)
+	return storage.ScanIn(ctx, u, s)
 }
-func (u unsyncedView) Put(ctx context.Context, p *storage.Put) error       { return put(ctx, u, p) }
-func (u unsyncedView) Delete(ctx context.Context, d *storage.Delete) error { return del(ctx, u, d) }
+func (u unsyncedView) Put(ctx context.Context, p *storage.Put) error { return storage.PutIn(ctx, u, p) }
+func (u unsyncedView) Delete(ctx context.Context, d *storage.Delete) error {
+	return storage.DeleteIn(ctx, u, d)
+}
 func (u unsyncedView) Mutate(ctx context.Context, ms []storage.Mutation) error {
-	return mutate(ctx, u, ms)
+	return storage.MutateIn(ctx, u, ms)
 }

@@ -195,9 +195,8 @@ func TestClusterServesThroughFailover(t *testing.T) {
 	}
 	defer conn.Close()
 	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testAdminToken)
-	var tr *api.ClusterChangeReply
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		tr, err = api.NewClusterClient(conn).TransferLeader(actx, &api.TransferLeaderRequest{NodeId: lead})
+		_, err = api.NewClusterClient(conn).TransferLeader(actx, &api.TransferLeaderRequest{NodeId: lead})
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -211,7 +210,6 @@ func TestClusterServesThroughFailover(t *testing.T) {
 		}
 		t.Fatalf("transfer-leader to the restarted member: %v", err)
 	}
-	_ = tr
 	if got := c.leader(); got != lead {
 		t.Fatalf("member %d serves after the transfer, want %d", got, lead)
 	}

@@ -199,6 +199,78 @@ func (r *sliceRows) Row() Row     { return r.rows[r.i] }
 func (r *sliceRows) Err() error   { return nil }
 func (r *sliceRows) Close() error { r.i = len(r.rows); return nil }
 
+// Single operations as transactions, for a backend whose single
+// operations are its transactions' (the embedded engine, the transaction
+// coordinator): each runs in one transaction through Update.
+
+// GetIn reads one row in a transaction of db.
+func GetIn(ctx context.Context, db Beginner, g *Get) (Row, bool, error) {
+	var row Row
+	var ok bool
+	err := Update(ctx, db, func(t Txn) error {
+		var err error
+		row, ok, err = t.Get(ctx, g)
+		return err
+	})
+	return row, ok, err
+}
+
+// ScanIn scans a partition range in a transaction of db. The transaction's
+// Scan must return rows that outlive it (materialized).
+func ScanIn(ctx context.Context, db Beginner, s *Scan) (Rows, error) {
+	var rows Rows
+	err := Update(ctx, db, func(t Txn) error {
+		var err error
+		rows, err = t.Scan(ctx, s)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// PutIn writes one row in a transaction of db.
+func PutIn(ctx context.Context, db Beginner, p *Put) error {
+	return Update(ctx, db, func(t Txn) error { return t.Put(ctx, p) })
+}
+
+// DeleteIn deletes one row in a transaction of db.
+func DeleteIn(ctx context.Context, db Beginner, d *Delete) error {
+	return Update(ctx, db, func(t Txn) error { return t.Delete(ctx, d) })
+}
+
+// MutateIn applies ms, puts and deletes on one partition of one table, in
+// one transaction of db; a condition that does not hold fails the whole
+// with ErrConditionNotMet naming the mutation.
+func MutateIn(ctx context.Context, db Beginner, ms []Mutation) error {
+	if _, _, err := CheckMutationTarget(ms); err != nil {
+		return err
+	}
+	return Update(ctx, db, func(t Txn) error {
+		for i, m := range ms {
+			var err error
+			switch m := m.(type) {
+			case *Put:
+				err = t.Put(ctx, m)
+			case *Delete:
+				err = t.Delete(ctx, m)
+			default:
+				return &Error{Kind: ErrInvalidArgument, Op: "mutate", Detail: fmt.Sprintf("unknown mutation %T", m)}
+			}
+			var se *Error
+			if errors.Is(err, ErrConditionNotMet) && errors.As(err, &se) {
+				return &Error{Kind: ErrConditionNotMet, Op: "mutate", Namespace: se.Namespace, Table: se.Table,
+					Detail: fmt.Sprintf("mutation %d of %d; nothing was written", i+1, len(ms))}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // CollectRows reads every row and closes rows.
 func CollectRows(rows Rows) ([]Row, error) {
 	defer rows.Close()

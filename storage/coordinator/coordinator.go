@@ -322,98 +322,23 @@ func (db *DB) table(ctx context.Context, namespace, name string) (*tableInfo, er
 // ---- single operations: one-operation transactions ------------------------
 
 func (db *DB) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
-	var row storage.Row
-	var ok bool
-	err := storage.Update(ctx, db, func(tx storage.Txn) error {
-		var err error
-		row, ok, err = tx.Get(ctx, g)
-		return err
-	})
-	return row, ok, err
+	return storage.GetIn(ctx, db, g)
 }
 
 func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
-	var rows []storage.Row
-	err := storage.Update(ctx, db, func(tx storage.Txn) error {
-		r, err := tx.Scan(ctx, s)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		rows = rows[:0]
-		for r.Next() {
-			rows = append(rows, r.Row())
-		}
-		return r.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &sliceRows{rows: rows, i: -1}, nil
+	return storage.ScanIn(ctx, db, s)
 }
 
-func (db *DB) Put(ctx context.Context, p *storage.Put) error {
-	return storage.Update(ctx, db, func(tx storage.Txn) error { return tx.Put(ctx, p) })
-}
+func (db *DB) Put(ctx context.Context, p *storage.Put) error { return storage.PutIn(ctx, db, p) }
 
 func (db *DB) Delete(ctx context.Context, d *storage.Delete) error {
-	return storage.Update(ctx, db, func(tx storage.Txn) error { return tx.Delete(ctx, d) })
+	return storage.DeleteIn(ctx, db, d)
 }
 
-// Mutate applies ms in one transaction, after checking they target one
-// partition of one table.
+// Mutate applies ms in one transaction: one partition, all or nothing.
 func (db *DB) Mutate(ctx context.Context, ms []storage.Mutation) error {
-	ns, table, err := storage.CheckMutationTarget(ms)
-	if err != nil {
-		return err
-	}
-	ti, err := db.table(ctx, ns, table)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if err := ti.user.CheckMutation(m, db.lim); err != nil {
-			return err
-		}
-	}
-	return storage.Update(ctx, db, func(tx storage.Txn) error {
-		for i, m := range ms {
-			var err error
-			switch m := m.(type) {
-			case *storage.Put:
-				err = tx.Put(ctx, m)
-			case *storage.Delete:
-				err = tx.Delete(ctx, m)
-			}
-			if errors.Is(err, storage.ErrConditionNotMet) {
-				return &storage.Error{Kind: storage.ErrConditionNotMet, Op: "mutate", Namespace: ns, Table: table,
-					Detail: fmt.Sprintf("mutation %d: %v", i, err)}
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return storage.MutateIn(ctx, db, ms)
 }
-
-// sliceRows iterates rows read whole.
-type sliceRows struct {
-	rows []storage.Row
-	i    int
-}
-
-func (r *sliceRows) Next() bool {
-	if r.i+1 >= len(r.rows) {
-		r.i = len(r.rows)
-		return false
-	}
-	r.i++
-	return true
-}
-func (r *sliceRows) Row() storage.Row { return r.rows[r.i] }
-func (r *sliceRows) Err() error       { return nil }
-func (r *sliceRows) Close() error     { return nil }
 
 // Begin starts a transaction.
 func (db *DB) Begin(ctx context.Context) (storage.Txn, error) {

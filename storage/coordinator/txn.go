@@ -357,17 +357,9 @@ func (t *txn) Put(ctx context.Context, p *storage.Put) error {
 	for k, v := range p.Values {
 		vals[k] = v
 	}
+	// (view read the row first: its read record holds the key for commit)
 	t.writes[key] = &writeRec{key: key, values: vals}
-	t.remember(ti, key, p.Partition, p.Clustering)
 	return nil
-}
-
-// remember keeps a written row's key for commit (every write was read
-// first, so its read record holds the key).
-func (t *txn) remember(ti *tableInfo, key string, part, clust storage.Values) {
-	if t.reads[key] == nil {
-		t.reads[key] = &readRec{ti: ti, part: cloneValues(part), clust: cloneValues(clust)}
-	}
 }
 
 func (t *txn) Delete(ctx context.Context, d *storage.Delete) error {
@@ -528,7 +520,7 @@ func (t *txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	for i, r := range out {
 		out[i] = userRow(ti, r, s.Projection)
 	}
-	return &sliceRows{rows: out, i: -1}, nil
+	return storage.SliceRows(out), nil
 }
 
 func samePartition(a, b storage.Values) bool {
