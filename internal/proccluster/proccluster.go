@@ -74,9 +74,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		ls[i] = l
 		c.addrs[uint64(i+1)] = l.Addr().String()
 	}
-	for _, l := range ls {
-		l.Close()
-	}
+	// The members' ports are held until the proxies have theirs, so that
+	// no proxy takes a member's.
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	if cfg.Proxies {
 		for from := range c.addrs {
 			c.proxies[from] = map[uint64]*Proxy{}
@@ -103,6 +107,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
+	}
+	for _, l := range ls {
+		l.Close()
 	}
 	for _, id := range c.IDs() {
 		if err := c.Start(id); err != nil {
@@ -213,24 +220,55 @@ func (c *Cluster) Start(id uint64) error {
 	return nil
 }
 
-// WaitUp waits until member id answers a status call.
+// WaitUp waits until member id answers a status call. A member that
+// runs and still does not answer when ctx ends is sent SIGQUIT, and the
+// error carries its log with the stacks of its goroutines in kiroku's
+// code: what it was stuck on.
 func (c *Cluster) WaitUp(ctx context.Context, id uint64) error {
+	var last error
 	for {
-		if _, err := c.Status(ctx, id); err == nil {
+		_, err := c.Status(ctx, id)
+		if err == nil {
 			return nil
 		}
+		if ctx.Err() == nil || last == nil {
+			last = err // (not the one the deadline cut short)
+		}
 		c.mu.Lock()
-		exited := c.exits[id]
+		cmd, exited := c.procs[id], c.exits[id]
 		c.mu.Unlock()
 		select {
 		case <-exited:
 			b, _ := os.ReadFile(c.LogFile(id))
 			return fmt.Errorf("proccluster: member %d exited:\n%s", id, tail(string(b), 2000))
 		case <-ctx.Done():
-			return fmt.Errorf("proccluster: member %d did not answer: %w", id, ctx.Err())
+			dump := ""
+			if cmd != nil {
+				_ = cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+				}
+				b, _ := os.ReadFile(c.LogFile(id))
+				log, stacks, _ := strings.Cut(string(b), "SIGQUIT: quit")
+				dump = "\n" + tail(log, 6000) + "\n" + ownStacks(stacks)
+			}
+			return fmt.Errorf("proccluster: member %d did not answer (last: %v): %w%s", id, last, ctx.Err(), dump)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ownStacks keeps, of a Go traceback of every goroutine, the goroutines
+// with a frame in kiroku's own packages.
+func ownStacks(dump string) string {
+	var out []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g, "github.com/kiroku-db/kiroku/") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 func tail(s string, n int) string {
