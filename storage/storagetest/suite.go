@@ -36,7 +36,8 @@ type StoreOpener func(t *testing.T) storage.Store
 
 // RunStore runs the part of the suite every Store must pass: schemas,
 // restarts, the single operations and their conditions, scans, types and
-// bad input.
+// bad input; and, for a store that offers them, the optional capabilities
+// (an unsynced view, exclusive access).
 func RunStore(t *testing.T, open StoreOpener) {
 	t.Run("Admin", func(t *testing.T) { testAdmin(t, open) })
 	t.Run("EnsureTables", func(t *testing.T) { testEnsureTables(t, open) })
@@ -47,6 +48,7 @@ func RunStore(t *testing.T, open StoreOpener) {
 	t.Run("Scan", func(t *testing.T) { testScan(t, open) })
 	t.Run("Types", func(t *testing.T) { testTypes(t, open) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, open) })
+	t.Run("Capabilities", func(t *testing.T) { testCapabilities(t, open) })
 }
 
 // Run runs the whole suite on a Backend: RunStore, then the transactions
