@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/backends"
 )
 
 // demoContract records an inspection result for a piece of equipment.
@@ -42,6 +44,7 @@ func demoCmd() *cobra.Command {
 	var (
 		dataDir string
 		cluster bool
+		db      demoBackend
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -57,29 +60,113 @@ func demoCmd() *cobra.Command {
 				dataDir = tmp
 			}
 			if cluster {
+				if db.name != "engine" {
+					return fmt.Errorf("demo: a cluster's members run the embedded engine, not --backend %s", db.name)
+				}
 				return runClusterDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir, db)
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory (default: a temporary one, removed afterwards)")
-	cmd.Flags().BoolVar(&cluster, "cluster", false, "start three server processes as a cluster, kill the leader with SIGKILL, and show the failover and the catch-up")
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "", "data directory (default: a temporary one, removed afterwards)")
+	f.BoolVar(&cluster, "cluster", false, "start three server processes as a cluster, kill the leader with SIGKILL, and show the failover and the catch-up")
+	f.StringVar(&db.name, "backend", "engine", "where the ledger keeps its data: engine (embedded), postgres or cassandra; the database must hold no ledger yet, and what the demo creates in it is dropped afterwards")
+	f.StringVar(&db.cfg.DSN, "postgres-dsn", os.Getenv("KIROKU_PG_DSN"), "PostgreSQL DSN for --backend=postgres (default $KIROKU_PG_DSN)")
+	f.StringVar(&db.cfg.Contacts, "cassandra-contacts", os.Getenv("KIROKU_CASSANDRA_CONTACTS"), "Cassandra contact points for --backend=cassandra (default $KIROKU_CASSANDRA_CONTACTS)")
+	f.StringVar(&db.cfg.Keyspace, "cassandra-keyspace", "kiroku_demo", "the keyspace for --backend=cassandra")
 	return cmd
 }
 
-func runDemo(ctx context.Context, w io.Writer, dataDir string) error {
+// demoBackend is the backend the demo's server runs on.
+type demoBackend struct {
+	name string
+	cfg  backends.Config
+}
+
+// prepare checks that a shared database holds no ledger yet, and returns
+// what puts it back as it was found: the namespaces the demo created are
+// dropped, with their tables.
+func (d demoBackend) prepare(ctx context.Context) (cleanup func() error, _ error) {
+	if d.name == "engine" {
+		return func() error { return nil }, nil
+	}
+	st, err := backends.OpenStore(ctx, d.name, d.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	before, err := st.ListNamespaces(ctx)
+	st.Close()
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	if slices.Contains(before, ledger.DefaultNamespace) {
+		return nil, fmt.Errorf("demo: the %s database already holds a ledger (namespace %q); the demo runs on one without", d.name, ledger.DefaultNamespace)
+	}
+	return func() error {
+		st, err := backends.OpenStore(context.Background(), d.name, d.cfg)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		after, err := st.ListNamespaces(ctx)
+		if err != nil {
+			return err
+		}
+		for _, ns := range after {
+			if slices.Contains(before, ns) {
+				continue
+			}
+			tables, err := st.ListTables(ctx, ns)
+			if err != nil {
+				return err
+			}
+			for _, tb := range tables {
+				if err := st.DropTable(ctx, ns, tb); err != nil {
+					return err
+				}
+			}
+			if err := st.DropNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func (d demoBackend) describe(dataDir string) string {
+	switch d.name {
+	case "engine":
+		return "embedded engine, data in " + dataDir
+	case "cassandra":
+		return fmt.Sprintf("Cassandra at %s, keyspace %s", d.cfg.Contacts, d.cfg.Keyspace)
+	}
+	return d.name
+}
+
+func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (err error) {
 	step := func(format string, a ...any) { fmt.Fprintf(w, "\n== "+format+"\n", a...) }
 	token := make([]byte, 16)
 	if _, err := rand.Read(token); err != nil {
 		return err
 	}
+	cleanup, err := db.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = fmt.Errorf("demo: dropping what it created: %w", cerr)
+		}
+	}()
 	srv, err := server.Start(ctx, server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", AdminToken: hex.EncodeToString(token),
+		Backend: db.name, PostgresDSN: db.cfg.DSN, CassandraContacts: db.cfg.Contacts, CassandraKeyspace: db.cfg.Keyspace,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return err
 	}
 	defer srv.Stop(5 * time.Second)
-	step("Started a ledger server on %s (embedded engine, data in %s)", srv.Addr(), dataDir)
+	step("Started a ledger server on %s (%s)", srv.Addr(), db.describe(dataDir))
 	fmt.Fprintf(w, "ledger proof key: %s, fingerprint %s\n", srv.Key.Scheme, srv.Key.Fingerprint)
 
 	keyPEM, certPEM, err := auth.GenerateIdentity("inspector-1", time.Now().Add(-time.Minute), time.Now().AddDate(1, 0, 0))
