@@ -78,6 +78,10 @@ type Options struct {
 	// CassandraKeyspace is the keyspace kiroku keeps its tables in; ""
 	// takes the cassandra package's default.
 	CassandraKeyspace string
+	// CassandraConsistency, CassandraSerialConsistency and
+	// CassandraLocalDC are backends.Config's Consistency,
+	// SerialConsistency and LocalDC.
+	CassandraConsistency, CassandraSerialConsistency, CassandraLocalDC string
 	// Engine tunes the embedded engine; Dir is set from DataDir.
 	Engine engine.Config
 	// MetricsListen serves Prometheus metrics at /metrics; "" disables.
@@ -255,7 +259,8 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		if name == "" {
 			name = "engine"
 		}
-		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN, Contacts: o.CassandraContacts, Keyspace: o.CassandraKeyspace}
+		cfg := backends.Config{Dir: filepath.Join(o.DataDir, "engine"), Engine: o.Engine, DSN: o.PostgresDSN, Contacts: o.CassandraContacts, Keyspace: o.CassandraKeyspace,
+			Consistency: o.CassandraConsistency, SerialConsistency: o.CassandraSerialConsistency, LocalDC: o.CassandraLocalDC}
 		if cfg.Engine.Logf == nil { // recovery and checkpoints, for the operator
 			cfg.Engine.Logf = func(format string, args ...any) { o.Logger.Info(fmt.Sprintf(format, args...)) }
 		}

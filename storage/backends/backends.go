@@ -34,6 +34,12 @@ type Config struct {
 	// Keyspace is the Cassandra keyspace kiroku keeps its tables in; ""
 	// takes its default.
 	Keyspace string
+	// Consistency, SerialConsistency and LocalDC are Cassandra's
+	// consistency of writes and quorum reads ("QUORUM", "LOCAL_QUORUM",
+	// ...), of its Paxos rounds ("SERIAL" or "LOCAL_SERIAL") and the
+	// datacenter whose nodes the driver prefers; "" takes the cassandra
+	// package's defaults (see cassandra.Config).
+	Consistency, SerialConsistency, LocalDC string
 }
 
 // ErrConfig is the cause of a backend that cannot open with the Config
@@ -83,7 +89,12 @@ var registry = []backend{
 		if len(contacts) == 0 {
 			return nil, fmt.Errorf("%w: cassandra needs contact points", ErrConfig)
 		}
-		db, err := cassandra.Open(ctx, cassandra.Config{Contacts: contacts, Keyspace: c.Keyspace})
+		cc := cassandra.Config{Contacts: contacts, Keyspace: c.Keyspace,
+			Consistency: c.Consistency, SerialConsistency: c.SerialConsistency, LocalDC: c.LocalDC}
+		if err := cc.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		db, err := cassandra.Open(ctx, cc)
 		if err != nil {
 			return nil, err
 		}

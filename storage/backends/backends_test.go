@@ -37,3 +37,14 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Names() = %v", got)
 	}
 }
+
+// TestCassandraSettings: a consistency the backend does not keep its
+// guarantees with is refused before any connection is tried.
+func TestCassandraSettings(t *testing.T) {
+	for _, c := range []Config{{Contacts: "127.0.0.1:1", Consistency: "ONE"}, {Contacts: "127.0.0.1:1", SerialConsistency: "QUORUM"}} {
+		_, err := Open(context.Background(), "cassandra", c)
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("Open(cassandra, %+v): %v, want ErrConfig", c, err)
+		}
+	}
+}
