@@ -4,6 +4,22 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kiroku-db/kiroku/mvsg"
+)
+
+// Edge is a dependency between two transactions in the multi-version
+// serialization graph (package mvsg).
+type Edge = mvsg.Edge
+
+// EdgeKind names a dependency: EdgeWR, EdgeWW or EdgeRW.
+type EdgeKind = mvsg.EdgeKind
+
+// The dependencies of the graph (see package mvsg).
+const (
+	EdgeWR = mvsg.EdgeWR
+	EdgeWW = mvsg.EdgeWW
+	EdgeRW = mvsg.EdgeRW
 )
 
 // Kind classifies a violation.
@@ -19,19 +35,19 @@ const (
 	KindBadSignature Kind = "bad_proof_signature"
 	// KindCycle: committed transactions form a cycle in the MVSG; no
 	// serial order explains them.
-	KindCycle Kind = "dependency_cycle"
+	KindCycle = Kind(mvsg.Cycle)
 	// KindStaleRead: a transaction read a version that another had
 	// replaced and finished replacing before the reader began.
-	KindStaleRead Kind = "stale_read"
+	KindStaleRead = Kind(mvsg.StaleRead)
 	// KindFutureRead: a transaction read a version written by one that
 	// began only after the reader had finished.
-	KindFutureRead Kind = "future_read"
+	KindFutureRead = Kind(mvsg.FutureRead)
 	// KindVersionOrder: a version follows another whose writer began only
 	// after the later version's writer had finished.
-	KindVersionOrder Kind = "version_order"
+	KindVersionOrder = Kind(mvsg.VersionOrder)
 	// KindDuplicateVersion: two committed transactions wrote the same
 	// version of an asset.
-	KindDuplicateVersion Kind = "duplicate_version"
+	KindDuplicateVersion = Kind(mvsg.DuplicateVersion)
 	// KindDropped: the ledger's history lacks a version a logged,
 	// committed transaction wrote.
 	KindDropped Kind = "dropped_transaction"

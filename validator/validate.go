@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/mvsg"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -135,7 +136,7 @@ func (v *Validator) Validate(ctx context.Context, scope Scope) (_ *Report, err e
 			cut = min(cut, t.Begin)
 		}
 	}
-	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*gnode{}, lap: lap}
+	r := &run{v: v, ctx: ctx, rep: rep, states: map[verKey]state{}, byNonce: map[string]*mvsg.Txn{}, lap: lap}
 	held := map[verKey]bool{} // versions written by transactions that wait
 	for _, t := range pending {
 		switch {
@@ -223,7 +224,7 @@ type run struct {
 	focus   []*Tx // committed, being validated now
 	aborted []*Tx // resolved as aborted, being retired now
 	states  map[verKey]state
-	byNonce map[string]*gnode
+	byNonce map[string]*mvsg.Txn
 	found   []Violation // found in this run, stored by persist
 	mu      sync.Mutex
 	lap     func(*float64)
@@ -252,48 +253,10 @@ func (r *run) validate() error {
 	if err != nil {
 		return err
 	}
-	g := buildGraph(nodes)
-	r.rep.GraphNodes, r.rep.GraphEdges = len(g.nodes), len(g.edges)
-	for _, c := range g.cycles() {
-		vl := Violation{Kind: KindCycle, Detail: fmt.Sprintf("%d transactions form a cycle; no serial order explains them", len(c))}
-		for _, e := range c {
-			vl.Edges = append(vl.Edges, g.edge(e))
-			vl.Txs = append(vl.Txs, g.nodes[e.from].nonce)
-		}
-		vl.Key, vl.Age = c[0].key, c[0].age
-		r.violation(vl)
-	}
-	for _, e := range g.realTimeViolations() {
-		f, t := g.nodes[e.from], g.nodes[e.to]
-		vl := Violation{Txs: []string{f.nonce, t.nonce}, Key: e.key, Age: e.age, Edges: []Edge{g.edge(e)}}
-		switch e.kind {
-		case EdgeRW:
-			vl.Kind = KindStaleRead
-			vl.Detail = fmt.Sprintf("%s read %s@%d, but %s had written %s@%d and finished (end clock %d) before it began (begin clock %d)",
-				f.nonce, e.key, e.age-1, t.nonce, e.key, e.age, t.end, f.begin)
-		case EdgeWR:
-			vl.Kind = KindFutureRead
-			vl.Detail = fmt.Sprintf("%s read %s@%d, written by %s, which began (begin clock %d) after the reader finished (end clock %d)",
-				t.nonce, e.key, e.age, f.nonce, f.begin, t.end)
-			vl.Txs = []string{t.nonce, f.nonce}
-		default:
-			vl.Kind = KindVersionOrder
-			vl.Detail = fmt.Sprintf("%s@%d (by %s) follows %s@%d (by %s), whose writer began (begin clock %d) after it finished (end clock %d)",
-				e.key, e.age, t.nonce, e.key, e.age-1, f.nonce, f.begin, t.end)
-		}
-		r.violation(vl)
-	}
-	for _, d := range g.dups {
-		vl := Violation{Kind: KindDuplicateVersion, Key: d.key, Age: d.age,
-			Detail: fmt.Sprintf("%d committed transactions wrote %s@%d", len(d.writers), d.key, d.age)}
-		focus := false
-		for _, w := range d.writers {
-			vl.Txs = append(vl.Txs, g.nodes[w].nonce)
-			focus = focus || g.nodes[w].focus
-		}
-		if focus {
-			r.violation(vl)
-		}
+	g := mvsg.Build(nodes)
+	r.rep.GraphNodes, r.rep.GraphEdges = g.Size()
+	for _, a := range g.Anomalies() {
+		r.violation(Violation{Kind: Kind(a.Kind), Txs: a.Txs, Key: a.Key, Age: a.Age, Edges: a.Edges, Detail: a.Detail})
 	}
 	r.rep.Violations = append(r.rep.Violations, r.found...)
 	return nil
@@ -480,15 +443,15 @@ func clip(b []byte) string {
 // graphNodes returns the new transactions (focus), the validated ones that
 // overlap them in clock time, and every other transaction sharing a
 // version with any of those.
-func (r *run) graphNodes() ([]*gnode, error) {
-	var nodes []*gnode
-	add := func(n *gnode) {
-		r.byNonce[n.nonce] = n
+func (r *run) graphNodes() ([]*mvsg.Txn, error) {
+	var nodes []*mvsg.Txn
+	add := func(n *mvsg.Txn) {
+		r.byNonce[n.ID] = n
 		nodes = append(nodes, n)
 	}
 	lo := int64(math.MaxInt64)
 	for _, t := range r.focus {
-		add(&gnode{nonce: t.Request.Nonce, begin: t.Begin, end: t.End, reads: t.Receipt.Input, writes: t.Receipt.Writes, focus: true})
+		add(&mvsg.Txn{ID: t.Request.Nonce, Begin: t.Begin, End: t.End, Reads: t.Receipt.Input, Writes: t.Receipt.Writes, Focus: true})
 		lo = min(lo, t.Begin)
 	}
 	// Validated transactions that overlap: those that ended at or after
@@ -509,14 +472,14 @@ func (r *run) graphNodes() ([]*gnode, error) {
 			if _, dup := r.byNonce[t.Request.Nonce]; dup {
 				continue // ends rows are written for committed transactions only
 			}
-			add(&gnode{nonce: t.Request.Nonce, begin: t.Begin, end: t.End, reads: t.Receipt.Input, writes: t.Receipt.Writes})
+			add(&mvsg.Txn{ID: t.Request.Nonce, Begin: t.Begin, End: t.End, Reads: t.Receipt.Input, Writes: t.Receipt.Writes})
 			lo = min(lo, t.Begin)
 		}
 	}
 	// Neighbours through shared versions, from the accesses index.
 	span := map[string][2]int64{}
 	for _, n := range nodes {
-		for _, m := range []map[string]int64{n.reads, n.writes} {
+		for _, m := range []map[string]int64{n.Reads, n.Writes} {
 			for k, a := range m {
 				s, ok := span[k]
 				if !ok {
@@ -535,17 +498,17 @@ func (r *run) graphNodes() ([]*gnode, error) {
 			nonce := row["nonce"].AsText()
 			n, ok := r.byNonce[nonce]
 			if !ok {
-				n = &gnode{nonce: nonce, begin: row["begin_clock"].AsBigInt(), end: row["end_clock"].AsBigInt(),
-					reads: map[string]int64{}, writes: map[string]int64{}}
+				n = &mvsg.Txn{ID: nonce, Begin: row["begin_clock"].AsBigInt(), End: row["end_clock"].AsBigInt(),
+					Reads: map[string]int64{}, Writes: map[string]int64{}}
 				add(n)
 			}
-			if n.focus {
+			if n.Focus {
 				continue
 			}
 			if row["op"].AsText() == "w" {
-				n.writes[k] = row["age"].AsBigInt()
+				n.Writes[k] = row["age"].AsBigInt()
 			} else {
-				n.reads[k] = row["age"].AsBigInt()
+				n.Reads[k] = row["age"].AsBigInt()
 			}
 		}
 	}
@@ -617,7 +580,7 @@ func (r *run) persist(fence func(context.Context, storage.Txn) error) error {
 		at := int64(0)
 		for _, n := range vl.Txs {
 			if g, ok := r.byNonce[n]; ok {
-				at = max(at, g.end)
+				at = max(at, g.End)
 			}
 		}
 		h := fnv.New64a()
