@@ -23,9 +23,23 @@
 #       Does nothing, successfully, when nothing runs.
 #   scripts/cassandra.sh status
 #       Prints "DIR CONTACTS" of the running cluster, or exits 1.
+#   scripts/cassandra.sh stop-node I [--signal KILL|TERM]
+#       Stops node I (1..N) of the running cluster by its PID, for fault tests: SIGKILL
+#       (default, a crash: unflushed memtables are replayed from the commit log on restart)
+#       or SIGTERM (a drain, some 5 s). Keeps its directory for start-node. Does nothing,
+#       successfully, when the node is not running.
+#   scripts/cassandra.sh start-node I [J...]
+#       Starts the nodes again, together, each on its own directory and configuration (same
+#       address, ports, token and data); waits until they answer CQL and until they and every
+#       running node see each other UP. Refuses a node that is running, or whose ports
+#       another process took while it was down.
 #
-# Only one cluster runs at a time: its state (dir, ports, PIDs) is in $KIROKU_CASSANDRA_STATE
-# (default ${TMPDIR:-/tmp}/kiroku-cassandra.state), and a second start is refused.
+# One cluster runs per state file: its state (dir, ports, PIDs) is in $KIROKU_CASSANDRA_STATE
+# (default ${TMPDIR:-/tmp}/kiroku-cassandra.state), and a second start with the same state
+# file is refused; clusters with different state files run side by side. A start chooses
+# ports that no other cluster's state (${TMPDIR:-/tmp}/kiroku-cassandra.*/state) names,
+# under a machine-wide lock (${TMPDIR:-/tmp}/kiroku-cassandra-ports.lock), so that two starts
+# at once, or a start while another cluster's node is stopped, never pick the same ports.
 # Cassandra itself (org.apache.cassandra:cassandra-all and its runtime dependencies) is
 # resolved once with Maven into ${KIROKU_CACHE:-~/.cache/kiroku}/cassandra-VERSION/lib.
 # JVM options: scripts/cassandra/jvm17-server.options. Logs: DIR/nodeI/logs/system.log.
@@ -38,6 +52,7 @@ DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${KIROKU_CACHE:-$HOME/.cache/kiroku}/cassandra-$CASSANDRA_VERSION"
 STATE="${KIROKU_CASSANDRA_STATE:-${TMPDIR:-/tmp}/kiroku-cassandra.state}"
+PORTS_LOCK="${TMPDIR:-/tmp}/kiroku-cassandra-ports.lock"
 TIMEOUT="${CASSANDRA_START_TIMEOUT:-120}"
 
 log() { echo "cassandra.sh: $*" >&2; }
@@ -154,12 +169,25 @@ cql_probe() { # host port
 
 port_in_use() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
-# free_port FROM HOST... prints the first port >= FROM that is free on every HOST.
+# claimed PORT: a cluster started by this script (running, or with a node stopped by
+# stop-node) names PORT in its state.
+claimed() {
+  local f
+  for f in "${TMPDIR:-/tmp}"/kiroku-cassandra.*/state; do
+    [ -f "$f" ] || continue
+    [ "$(state_get "$f" native_port)" = "$1" ] || [ "$(state_get "$f" storage_port)" = "$1" ] && return 0
+  done
+  return 1
+}
+
+# free_port FROM HOST... prints the first port >= FROM that is free on every HOST and that
+# no other cluster claims.
 free_port() {
   local from=$1 p=$1 h busy; shift
   while :; do
     busy=
-    for h in "$@"; do port_in_use "$h" "$p" && { busy=1; break; }; done
+    claimed "$p" && busy=1
+    for h in "$@"; do [ -z "$busy" ] || break; port_in_use "$h" "$p" && busy=1; done
     [ -z "$busy" ] && { echo "$p"; return 0; }
     p=$((p + 1))
     [ "$p" -lt $((from + 200)) ] || die "no free port in $from-$((from + 199))"
@@ -212,9 +240,17 @@ EOF
 EOF
 }
 
+# lock_ports takes the machine-wide lock under which a start chooses its ports and claims
+# them in its state file (the JVMs do not inherit it: see launch_node).
+lock_ports() {
+  exec {PORTS_LOCK_FD}>"$PORTS_LOCK"
+  flock -w 60 "$PORTS_LOCK_FD" || die "another start held $PORTS_LOCK for 60 s"
+}
+
 launch_node() { # node-index node-dir; runs in a subshell, prints the JVM's PID
   local i=$1 nd=$2 opts=()
-  exec {START_LOCK}>&-
+  [ -z "${START_LOCK:-}" ] || exec {START_LOCK}>&-
+  [ -z "${PORTS_LOCK_FD:-}" ] || exec {PORTS_LOCK_FD}>&-
   mapfile -t opts < <(grep -E '^-' "$HERE/cassandra/jvm17-server.options")
   opts+=(
     "-Xms512m" "-Xmx$HEAP"
@@ -318,10 +354,12 @@ start() {
 
   JAVA=$(find_java)
   ensure_lib
+  lock_ports
 
   local hosts=()
   for i in $(seq 1 "$nodes"); do hosts+=("127.0.0.$i"); done
   if [ -n "$port" ]; then
+    claimed "$port" && die "port $port is claimed by another cluster"
     for i in "${hosts[@]}"; do port_in_use "$i" "$port" && die "port $port is in use on $i"; done
     NATIVE_PORT=$port
   else
@@ -345,10 +383,11 @@ start() {
   for i in $(seq 1 "$nodes"); do tokens+=("$t"); t=$((t + step)); done
   echo "dir=$DIR" >"$STATE"
   write_state() {
-    printf 'dir=%s\nnodes=%s\nnative_port=%s\nstorage_port=%s\ncommitlog=%s\ncontacts=%s\npids=%s\n' \
-      "$DIR" "$nodes" "$NATIVE_PORT" "$STORAGE_PORT" "$COMMITLOG" "$contacts" "$pids" >"$DIR/state"
+    printf 'dir=%s\nnodes=%s\nnative_port=%s\nstorage_port=%s\ncommitlog=%s\nheap=%s\nring_delay_ms=%s\ncontacts=%s\npids=%s\n' \
+      "$DIR" "$nodes" "$NATIVE_PORT" "$STORAGE_PORT" "$COMMITLOG" "$HEAP" "$RING_DELAY_MS" "$contacts" "$pids" >"$DIR/state"
   }
   write_state
+  exec {PORTS_LOCK_FD}>&-   # the ports are claimed
 
   log "starting $nodes node(s) of Cassandra $CASSANDRA_VERSION in $DIR (CQL port $NATIVE_PORT, storage port $STORAGE_PORT, commitlog $COMMITLOG)"
   T0=$SECONDS
@@ -408,6 +447,102 @@ stop() {
   [ "$(state_get "$STATE" dir)" != "$dir" ] || rm -f "$STATE"
 }
 
+# ---------------------------------------------------------------- single nodes
+
+# cluster_node I: sets DIR, NATIVE_PORT, STORAGE_PORT, NODES, PIDS (array) from the state of
+# the cluster in $STATE, and checks that I names one of its nodes.
+cluster_node() {
+  DIR=$(state_get "$STATE" dir)
+  [ -n "$DIR" ] && [ -f "$DIR/state" ] || die "no Cassandra cluster in $STATE"
+  NODES=$(state_get "$DIR/state" nodes)
+  NATIVE_PORT=$(state_get "$DIR/state" native_port)
+  STORAGE_PORT=$(state_get "$DIR/state" storage_port)
+  read -r -a PIDS <<<"$(state_get "$DIR/state" pids)"
+  [[ "$1" =~ ^[1-9]$ ]] && [ "$1" -le "$NODES" ] || die "node $1: the cluster has nodes 1 to $NODES"
+  [ "${#PIDS[@]}" -eq "$NODES" ] || die "$DIR/state names ${#PIDS[@]} PIDs for $NODES nodes"
+}
+
+stop_node() {
+  local i="${1:-}" sig=KILL pid n
+  shift || usage
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --signal) sig="${2:?--signal needs KILL or TERM}"; shift 2 ;;
+      --signal=*) sig="${1#*=}"; shift ;;
+      *) usage ;;
+    esac
+  done
+  case "$sig" in KILL|TERM) ;; *) die "--signal must be KILL or TERM" ;; esac
+  cluster_node "$i"
+  pid=${PIDS[$((i - 1))]}
+  ours "$pid" "$DIR" || { log "node $i is not running"; return 0; }
+  kill "-$sig" "$pid"
+  # A drain takes some 5 s; past 30 s, kill it.
+  for n in $(seq 1 300); do ours "$pid" "$DIR" || break; sleep 0.1; done
+  if ours "$pid" "$DIR"; then log "node $i (pid $pid) did not stop on SIG$sig; killing it"; kill -KILL "$pid" 2>/dev/null || true; fi
+  for n in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  log "stopped node $i (pid $pid, SIG$sig)"
+}
+
+start_node() {
+  local i j pid nd want=() peers=() counts=() launched=() deadline ok
+  [ $# -gt 0 ] || usage
+  for i in "$@"; do
+    cluster_node "$i"
+    [ -f "$DIR/node$i/conf/cassandra.yaml" ] || die "node $i has no configuration in $DIR/node$i"
+    ours "${PIDS[$((i - 1))]}" "$DIR" && die "node $i runs already (pid ${PIDS[$((i - 1))]})"
+    want+=("$i")
+  done
+  exec {START_LOCK}>"$STATE.lock"
+  flock -n "$START_LOCK" || die "another start is under way ($STATE.lock)"
+  JAVA=$(find_java)
+  HEAP=$(state_get "$DIR/state" heap)
+  RING_DELAY_MS=$(state_get "$DIR/state" ring_delay_ms)
+  [ -n "$HEAP" ] && [ -n "$RING_DELAY_MS" ] || die "$DIR/state lacks heap or ring_delay_ms (a cluster started by an older $0)"
+  for i in "${want[@]}"; do
+    for j in "$NATIVE_PORT" "$STORAGE_PORT"; do
+      port_in_use "127.0.0.$i" "$j" && die "port $j on 127.0.0.$i is taken by another process; node $i cannot start"
+    done
+  done
+  # The running peers must see the nodes UP again: count their log lines now, and look
+  # only at what they log after. A restarted node's own log starts afresh.
+  for j in $(seq 1 "$NODES"); do
+    ours "${PIDS[$((j - 1))]}" "$DIR" || continue
+    peers+=("$j"); counts+=("$(wc -l <"$DIR/node$j/logs/system.log")")
+  done
+  # Whatever fails from here on leaves the nodes stopped.
+  trap 'for pid in "${launched[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done' EXIT
+  trap 'exit 130' INT TERM
+  T0=$SECONDS
+  log "starting node(s) ${want[*]} of $DIR again"
+  for i in "${want[@]}"; do
+    nd="$DIR/node$i"
+    [ ! -f "$nd/logs/system.log" ] || mv "$nd/logs/system.log" "$nd/logs/system.log.prev"
+    pid=$(launch_node "$i" "$nd")
+    launched+=("$pid")
+    PIDS[$((i - 1))]=$pid
+    sed -i "s/^pids=.*/pids=${PIDS[*]}/" "$DIR/state"
+  done
+  deadline=$((SECONDS + TIMEOUT))
+  for i in "${want[@]}"; do wait_cql "$i" "${PIDS[$((i - 1))]}" "$DIR/node$i" "$deadline"; done
+  while :; do
+    ok=1
+    for i in "${want[@]}"; do
+      for j in "${want[@]}" "${peers[@]}"; do
+        [ "$i" = "$j" ] || grep -qE "/127\.0\.0\.$j:$STORAGE_PORT is now UP" "$DIR/node$i/logs/system.log" 2>/dev/null || ok=
+      done
+      for j in "${!peers[@]}"; do
+        tail -n +"$((counts[j] + 1))" "$DIR/node${peers[$j]}/logs/system.log" | grep -qE "/127\.0\.0\.$i:$STORAGE_PORT is now UP" || ok=
+      done
+    done
+    [ -n "$ok" ] && break
+    [ "$SECONDS" -lt "$deadline" ] || { log "node(s) ${want[*]} and the running ones (${peers[*]}) did not see each other UP within ${TIMEOUT} s"; fail_node "$DIR/node${want[0]}"; }
+    sleep 0.5
+  done
+  trap - EXIT INT TERM
+  log "node(s) ${want[*]} up again after $((SECONDS - T0)) s; they and the ${#peers[@]} running node(s) see each other UP"
+}
+
 status() {
   local dir
   dir=$(running_dir) || { log "no Cassandra cluster running"; return 1; }
@@ -415,7 +550,7 @@ status() {
 }
 
 usage() {
-  echo "usage: $0 start [--nodes N] [--commitlog batch|group:WINDOW|periodic[:PERIOD]] [--port PORT] [--heap SIZE] [--yaml 'key: value']... | stop [DIR] | status" >&2
+  echo "usage: $0 start [--nodes N] [--commitlog batch|group:WINDOW|periodic[:PERIOD]] [--port PORT] [--heap SIZE] [--yaml 'key: value']... | stop [DIR] | status | stop-node I [--signal KILL|TERM] | start-node I [J...]" >&2
   exit 2
 }
 
@@ -423,5 +558,7 @@ case "${1:-}" in
   start) shift; start "$@" ;;
   stop) shift; stop "${1:-}" ;;
   status) status ;;
+  stop-node) shift; stop_node "$@" ;;
+  start-node) shift; start_node "$@" ;;
   *) usage ;;
 esac

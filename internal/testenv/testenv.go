@@ -8,8 +8,14 @@
 package testenv
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +32,35 @@ func PostgresDSN(t testing.TB) string {
 func CassandraContacts(t testing.TB) string {
 	t.Helper()
 	return need(t, "KIROKU_CASSANDRA_CONTACTS", "Cassandra")
+}
+
+// CassandraCluster returns the contact points (host:port,...) and the
+// scripts/cassandra.sh state file of the test Cassandra cluster of three
+// nodes, which tests of node failures stop and start (CassandraScript),
+// skipping (or, when services are required, failing) the test if there is
+// none. Such a test must leave every node running when it ends.
+func CassandraCluster(t testing.TB) (contacts, state string) {
+	t.Helper()
+	contacts = need(t, "KIROKU_CASSANDRA_CLUSTER_CONTACTS", "three-node Cassandra")
+	return contacts, need(t, "KIROKU_CASSANDRA_CLUSTER_STATE", "three-node Cassandra")
+}
+
+// CassandraScript runs scripts/cassandra.sh with args (e.g. "stop-node",
+// "2") on the cluster whose state file is state, and returns its error
+// with what the script printed.
+func CassandraScript(state string, args ...string) error {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return errors.New("testenv: cannot locate the repository")
+	}
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "cassandra.sh")
+	cmd := exec.Command(script, args...)
+	cmd.Env = append(os.Environ(), "KIROKU_CASSANDRA_STATE="+state)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("scripts/cassandra.sh %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 func need(t testing.TB, env, what string) string {

@@ -126,8 +126,8 @@
 // A coordinator that reports too few replicas (Unavailable, Overloaded,
 // Bootstrapping) or a failed connection before sending gives
 // storage.ErrUnavailable; a write whose outcome the coordinator could not
-// learn (a write timeout, CAS_WRITE_UNKNOWN, a connection lost after
-// sending, the caller's context ending mid-write) gives
+// learn (a write timeout, CAS_WRITE_UNKNOWN, a connection reset or
+// closed after sending, the caller's context ending mid-write) gives
 // storage.ErrCommitUnknown, never retried; a read that times out gives
 // ErrUnavailable. A table that another process dropped gives ErrConflict,
 // retried internally after reloading the schema.
@@ -138,6 +138,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -539,14 +540,17 @@ func mapErr(op, ns, table string, err error, write bool) error {
 		return fmt.Errorf("storage: %s: %w", op, err)
 	case errors.Is(err, gocql.ErrSessionClosed):
 		e.Kind = storage.ErrClosed
-	case errors.Is(err, gocql.ErrNoConnections), errors.Is(err, gocql.ErrNoConnectionsStarted),
+	case errors.Is(err, gocql.ErrNoConnections), errors.Is(err, gocql.ErrNoConnectionsStarted), errors.Is(err, gocql.ErrNoStreams),
 		errors.As(err, &unavailable), errors.As(err, &overloaded), errors.As(err, &bootstrap),
 		errors.As(err, &opErr) && opErr.Op == "dial":
 		// Refused before anything was done.
 		e.Kind = storage.ErrUnavailable
 	case errors.As(err, &writeTimeout), errors.As(err, &writeFailure), errors.As(err, &casUnknown),
 		errors.As(err, &readTimeout), errors.As(err, &readFailure),
-		errors.Is(err, gocql.ErrTimeoutNoResponse), errors.Is(err, gocql.ErrConnectionClosed), errors.As(err, &netErr):
+		errors.Is(err, gocql.ErrTimeoutNoResponse), errors.Is(err, gocql.ErrConnectionClosed), errors.As(err, &netErr),
+		// The connection closed (FIN) while the driver read a reply: the
+		// driver reports the EOF it met, wrapped.
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return unknown()
 	case errors.As(err, &invalid):
 		msg := invalid.Message()

@@ -64,7 +64,10 @@
 //     transaction itself or, as "aborted", by a reader; so there is one
 //     verdict, and Commit returns nil only after writing "committed". A
 //     write of the decision whose reply is lost is ErrCommitUnknown, never
-//     success or a plain failure.
+//     success or a plain failure. A failure before the decision, a
+//     prepare whose reply is lost included, is not: the transaction can
+//     no longer commit, so Commit reports the conflict, or ErrUnavailable
+//     (retryable) for a store's failure.
 //   - An acknowledged commit survives any client crash: before its
 //     decision every row it wrote holds its new image (prepared), and the
 //     decision is durable in the store; a row still prepared after the

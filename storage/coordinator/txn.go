@@ -608,6 +608,7 @@ func (t *txn) Commit(ctx context.Context) error {
 	now := db.cfg.Now().UnixMicro()
 	var prepared []string
 	abort := func(cause error) error {
+		cause = undecided(cause)
 		if len(prepared) > 0 {
 			if d, err := db.decide(ctx, t.id, decAborted); err != nil || d != decAborted {
 				// Undecidable here; readers will abort it once it expires.
@@ -688,6 +689,19 @@ func (t *txn) Commit(ctx context.Context) error {
 		_ = db.rollForward(ctx, r.ti, row, t.id)
 	}
 	return nil
+}
+
+// undecided is the error of a commit that failed before its decision.
+// The transaction did not commit, whatever the store said of the write
+// that failed: only the transaction itself can decide "committed", and it
+// will not. A prepare of unknown outcome is undone by the abort, or by a
+// reader once it expires. So ErrCommitUnknown becomes ErrUnavailable:
+// nothing committed, retryable.
+func undecided(err error) error {
+	if !errors.Is(err, storage.ErrCommitUnknown) {
+		return err
+	}
+	return &storage.Error{Kind: storage.ErrUnavailable, Op: "commit", Detail: "a write before the decision failed, and the transaction did not commit: " + err.Error()}
 }
 
 // commitOne commits a transaction that read and wrote one row only, in
