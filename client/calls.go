@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/kiroku-db/kiroku/api"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
@@ -60,8 +60,8 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 	if err := c.needSigner(); err != nil {
 		return err
 	}
-	reg := &ledger.ContractRegistration{ID: id, Source: source, Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion}
-	sig, err := ledger.Sign(c.signer, reg)
+	reg := &proof.ContractRegistration{ID: id, Source: source, Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion}
+	sig, err := proof.Sign(c.signer, reg)
 	if err != nil {
 		return err
 	}
@@ -84,21 +84,21 @@ func (c *Client) ListContracts(ctx context.Context) ([]*api.ContractInfo, error)
 }
 
 // NewRequest builds and signs a request with a fresh nonce.
-func (c *Client) NewRequest(contractID string, argument []byte) (*ledger.Request, error) {
+func (c *Client) NewRequest(contractID string, argument []byte) (*proof.Request, error) {
 	if err := c.needSigner(); err != nil {
 		return nil, err
 	}
-	return c.SignRequest(&ledger.Request{Nonce: NewNonce(), ContractID: contractID, Argument: argument})
+	return c.SignRequest(&proof.Request{Nonce: NewNonce(), ContractID: contractID, Argument: argument})
 }
 
 // SignRequest fills in the client's identity and signs r, keeping its
 // nonce, contract and argument.
-func (c *Client) SignRequest(r *ledger.Request) (*ledger.Request, error) {
+func (c *Client) SignRequest(r *proof.Request) (*proof.Request, error) {
 	if err := c.needSigner(); err != nil {
 		return nil, err
 	}
 	r.Entity, r.KeyVersion = c.cfg.Entity, c.cfg.KeyVersion
-	sig, err := ledger.Sign(c.signer, r)
+	sig, err := proof.Sign(c.signer, r)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (c *Client) SignRequest(r *ledger.Request) (*ledger.Request, error) {
 }
 
 // Execute runs contractID with a JSON argument under a fresh nonce.
-func (c *Client) Execute(ctx context.Context, contractID string, argument []byte) (*ledger.Result, error) {
+func (c *Client) Execute(ctx context.Context, contractID string, argument []byte) (*proof.Result, error) {
 	r, err := c.NewRequest(contractID, argument)
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // ExecuteRequest sends a signed request, retrying it (same nonce) while
 // replies are lost, and recovering the outcome from the ledger's recorded
 // state if a retry finds the nonce used.
-func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+func (c *Client) ExecuteRequest(ctx context.Context, r *proof.Request) (*proof.Result, error) {
 	req := wire.RequestToAPI(r)
 	reply, attempts, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.ExecuteReply, error) {
 		return viaMux(ctx, t, &api.CallRequest{Call: &api.CallRequest_Execute{Execute: req}}, (*api.CallReply).GetExecute,
@@ -127,7 +127,7 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 			}, o)
 	})
 	if err != nil {
-		if attempts > 0 && errors.Is(err, ledger.ErrNonceReused) {
+		if attempts > 0 && errors.Is(err, proof.ErrNonceReused) {
 			return c.recover(ctx, r)
 		}
 		return nil, err
@@ -144,17 +144,17 @@ func (c *Client) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger
 // request than the contract, so for those an outcome of another request
 // to the same contract under the nonce cannot be told from this one's;
 // either way, this request itself did not write.
-func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+func (c *Client) recover(ctx context.Context, r *proof.Request) (*proof.Result, error) {
 	nonce := r.Nonce
 	st, err := c.TxState(ctx, nonce)
 	if err != nil {
 		return nil, err
 	}
-	if st.Status != ledger.TxUnknown && st.Contract != r.ContractID {
+	if st.Status != proof.TxUnknown && st.Contract != r.ContractID {
 		return nil, nonceUsed(nonce, fmt.Sprintf("a request to %s, not %s", st.Contract, r.ContractID))
 	}
 	switch st.Status {
-	case ledger.TxCommitted:
+	case proof.TxCommitted:
 		res, err := c.CommittedResult(ctx, st)
 		if err != nil {
 			return nil, err
@@ -163,8 +163,8 @@ func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result
 			return nil, err
 		}
 		return res, nil
-	case ledger.TxAborted:
-		if s := ledger.KindError(st.Kind); s != nil {
+	case proof.TxAborted:
+		if s := proof.KindError(st.Kind); s != nil {
 			return nil, &Error{Code: wire.Code(st.Kind), Kind: st.Kind, Msg: st.Reason, sentinel: s}
 		}
 		return nil, fmt.Errorf("client: transaction %s aborted: %s", nonce, st.Reason)
@@ -176,12 +176,12 @@ func (c *Client) recover(ctx context.Context, r *ledger.Request) (*ledger.Result
 // version it wrote (the first of its proofs; all record the same request)
 // must hold r's nonce, contract, argument and signer, and hash to what its
 // proof says. A transaction that wrote nothing passes.
-func (c *Client) sameRequest(ctx context.Context, r *ledger.Request, res *ledger.Result) error {
+func (c *Client) sameRequest(ctx context.Context, r *proof.Request, res *proof.Result) error {
 	if len(res.Proofs) == 0 {
 		return nil
 	}
 	p := &res.Proofs[0]
-	vs, err := c.History(ctx, p.ID, ledger.ScanRange{Start: p.Age, End: p.Age, Limit: 1})
+	vs, err := c.History(ctx, p.ID, proof.ScanRange{Start: p.Age, End: p.Age, Limit: 1})
 	if err != nil {
 		return fmt.Errorf("client: version %s@%d written under nonce %s: %w", p.ID, p.Age, r.Nonce, err)
 	}
@@ -208,15 +208,15 @@ func (c *Client) sameRequest(ctx context.Context, r *ledger.Request, res *ledger
 // nonceUsed is ErrNonceReused for a nonce whose recorded outcome belongs
 // to another request, described by other.
 func nonceUsed(nonce, other string) error {
-	return &Error{Code: wire.Code("nonce_reused"), Kind: "nonce_reused", sentinel: ledger.ErrNonceReused,
+	return &Error{Code: wire.Code("nonce_reused"), Kind: "nonce_reused", sentinel: proof.ErrNonceReused,
 		Msg: fmt.Sprintf("nonce %s was used by %s", nonce, other)}
 }
 
 // CommittedResult rebuilds the result of a committed transaction from its
 // recorded state: the receipt it holds and the proof of each version it
 // wrote, fetched from the ledger.
-func (c *Client) CommittedResult(ctx context.Context, st *ledger.TxState) (*ledger.Result, error) {
-	res := &ledger.Result{Receipt: st.Receipt()}
+func (c *Client) CommittedResult(ctx context.Context, st *proof.TxState) (*proof.Result, error) {
+	res := &proof.Result{Receipt: st.Receipt()}
 	for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
 		p, err := c.Proof(ctx, id, st.Writes[id])
 		if err != nil {
@@ -228,7 +228,7 @@ func (c *Client) CommittedResult(ctx context.Context, st *ledger.TxState) (*ledg
 }
 
 // TxState returns the ledger's recorded state of nonce.
-func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, error) {
+func (c *Client) TxState(ctx context.Context, nonce string) (*proof.TxState, error) {
 	req := &api.GetTxStateRequest{Nonce: nonce}
 	st, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.TxState, error) {
 		return viaMux(ctx, t, &api.CallRequest{Call: &api.CallRequest_GetTxState{GetTxState: req}}, (*api.CallReply).GetTxState,
@@ -246,11 +246,11 @@ func (c *Client) TxState(ctx context.Context, nonce string) (*ledger.TxState, er
 // server's cap when r.Limit is 0. The server keeps each reply within a
 // byte budget and says when the budget cut one short; History then asks
 // again from after the last version it got, until it has the limit or
-// the range's end. An asset with no version at all is ledger.ErrNotFound
+// the range's end. An asset with no version at all is proof.ErrNotFound
 // (NOT_FOUND, as for Proof); a range of an existing asset that holds no
 // version is an empty list.
-func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]*ledger.Version, error) {
-	var out []*ledger.Version
+func (c *Client) History(ctx context.Context, id string, r proof.ScanRange) ([]*proof.Version, error) {
+	var out []*proof.Version
 	limit := r.Limit
 	for {
 		req := &api.GetAssetRequest{Id: id, StartAge: r.Start, EndAge: r.End, Descending: !r.Ascending, Limit: int32(limit)}
@@ -287,7 +287,7 @@ func (c *Client) History(ctx context.Context, id string, r ledger.ScanRange) ([]
 }
 
 // Proof fetches the proof of version age of asset id.
-func (c *Client) Proof(ctx context.Context, id string, age int64) (*ledger.Proof, error) {
+func (c *Client) Proof(ctx context.Context, id string, age int64) (*proof.Proof, error) {
 	p, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.Proof, error) {
 		return t.api.GetProof(ctx, &api.GetProofRequest{Id: id, Age: age}, o...)
 	})

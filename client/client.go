@@ -9,13 +9,13 @@
 // recorded state and returns the original outcome — the result and its
 // proofs if it committed, its error if it aborted.
 //
-// Errors wrap the ledger's sentinels (ledger.ErrContractFailed, ...; see
+// Errors wrap the ledger's sentinels (proof.ErrContractFailed, ...; see
 // Error), or one of this package's: ErrConflict, a transaction the ledger
 // aborted because it conflicted with others on every attempt it made —
 // nothing was committed, and the same request (NewRequest's result, same
 // nonce) may be sent again with ExecuteRequest; ErrBadReply, a reply that
 // does not answer its call, from a broken or dishonest server. An
-// overloaded server (ledger.ErrOverloaded, no room for another contract)
+// overloaded server (proof.ErrOverloaded, no room for another contract)
 // answers UNAVAILABLE and is retried like a lost reply.
 package client
 
@@ -44,7 +44,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/auth"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/wire"
 )
 
@@ -448,7 +448,7 @@ func fromStatus(err error, trailer metadata.MD) error {
 		return err
 	}
 	if kinds := trailer.Get(wire.ErrorKindKey); len(kinds) > 0 {
-		if s := ledger.KindError(kinds[0]); s != nil {
+		if s := proof.KindError(kinds[0]); s != nil {
 			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: s}
 		}
 		if kinds[0] == wire.KindConflict {

@@ -24,6 +24,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 )
 
@@ -86,7 +87,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("proof from the wire: %v", err)
 		}
 	}
-	hist, err := ec.History(ctx, "c1", ledger.ScanRange{End: -1, Ascending: false})
+	hist, err := ec.History(ctx, "c1", proof.ScanRange{End: -1, Ascending: false})
 	if err != nil || len(hist) != 3 || hist[0].Age != 2 || string(hist[0].Output) != "3" {
 		t.Fatalf("history: %v %v", hist, err)
 	}
@@ -100,7 +101,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("get proof: %+v %v", p, err)
 	}
 	st, err := hc.TxState(ctx, hist[0].Nonce)
-	if err != nil || st.Status != ledger.TxCommitted || len(st.Writes) != 1 || st.Writes["c1"] != 2 || srv.Ledger.VerifyReceipt(&ledger.Receipt{Nonce: st.Nonce, Contract: st.Contract, Input: st.Input, Writes: st.Writes, Result: st.Result, Signature: st.Signature}) != nil {
+	if err != nil || st.Status != proof.TxCommitted || len(st.Writes) != 1 || st.Writes["c1"] != 2 || srv.Ledger.VerifyReceipt(&proof.Receipt{Nonce: st.Nonce, Contract: st.Contract, Input: st.Input, Writes: st.Writes, Result: st.Result, Signature: st.Signature}) != nil {
 		t.Fatalf("tx state: %+v %v", st, err)
 	}
 	v, err := hc.ValidateLedger(ctx, "c1", 0, -1)
@@ -131,14 +132,14 @@ func TestEndToEnd(t *testing.T) {
 		want error
 		code codes.Code
 	}{
-		{"replayed nonce", func() error { _, err := hc.ExecuteRequest(ctx, replay); return err }, ledger.ErrNonceReused, codes.AlreadyExists},
-		{"forged argument", func() error { _, err := hc.ExecuteRequest(ctx, forged); return err }, ledger.ErrBadSignature, codes.Unauthenticated},
-		{"unknown entity", func() error { _, err := stranger.Execute(ctx, "counter", []byte(`{"id":"c2"}`)); return err }, ledger.ErrUnknownEntity, codes.Unauthenticated},
-		{"malformed argument", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":`)); return err }, ledger.ErrBadArgument, codes.InvalidArgument},
-		{"unknown contract", func() error { _, err := hc.Execute(ctx, "nope", []byte(`{}`)); return err }, ledger.ErrUnknownContract, codes.NotFound},
-		{"fail", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":"c2","max":0}`)); return err }, ledger.ErrContractFailed, codes.FailedPrecondition},
-		{"syntax error", func() error { return hc.RegisterContract(ctx, "broken", []byte("def invoke(:")) }, ledger.ErrBadContract, codes.InvalidArgument},
-		{"missing asset", func() error { _, err := hc.Proof(ctx, "c1", 99); return err }, ledger.ErrNotFound, codes.NotFound},
+		{"replayed nonce", func() error { _, err := hc.ExecuteRequest(ctx, replay); return err }, proof.ErrNonceReused, codes.AlreadyExists},
+		{"forged argument", func() error { _, err := hc.ExecuteRequest(ctx, forged); return err }, proof.ErrBadSignature, codes.Unauthenticated},
+		{"unknown entity", func() error { _, err := stranger.Execute(ctx, "counter", []byte(`{"id":"c2"}`)); return err }, proof.ErrUnknownEntity, codes.Unauthenticated},
+		{"malformed argument", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":`)); return err }, proof.ErrBadArgument, codes.InvalidArgument},
+		{"unknown contract", func() error { _, err := hc.Execute(ctx, "nope", []byte(`{}`)); return err }, proof.ErrUnknownContract, codes.NotFound},
+		{"fail", func() error { _, err := hc.Execute(ctx, "counter", []byte(`{"id":"c2","max":0}`)); return err }, proof.ErrContractFailed, codes.FailedPrecondition},
+		{"syntax error", func() error { return hc.RegisterContract(ctx, "broken", []byte("def invoke(:")) }, proof.ErrBadContract, codes.InvalidArgument},
+		{"missing asset", func() error { _, err := hc.Proof(ctx, "c1", 99); return err }, proof.ErrNotFound, codes.NotFound},
 	}
 	for _, c := range cases {
 		err := c.call()
@@ -183,7 +184,7 @@ func TestRegistrationDisabledWithoutToken(t *testing.T) {
 	c := dial(t, client.Config{Server: srv.Addr(), Entity: "alice", Secret: bytes.Repeat([]byte{1}, 32), AdminToken: token})
 	err := c.RegisterSecret(context.Background())
 	var ce *client.Error
-	if !errors.Is(err, ledger.ErrRegistrationDisabled) || !errors.As(err, &ce) || ce.Code != codes.PermissionDenied {
+	if !errors.Is(err, proof.ErrRegistrationDisabled) || !errors.As(err, &ce) || ce.Code != codes.PermissionDenied {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -263,17 +264,17 @@ func testLostReplyIsRecovered(t *testing.T, unary bool) {
 	// code the server would have sent.
 	_, err := c.Execute(ctx, "counter", []byte(`{"id":"x","max":1}`))
 	var ce *client.Error
-	if !errors.Is(err, ledger.ErrContractFailed) || !errors.As(err, &ce) || ce.Code != codes.FailedPrecondition {
+	if !errors.Is(err, proof.ErrContractFailed) || !errors.As(err, &ce) || ce.Code != codes.FailedPrecondition {
 		t.Fatalf("recovered abort: %#v", err)
 	}
 	// A caller-chosen nonce that another request used: the first attempt's
 	// reply is lost, the retry finds the nonce used, and what the ledger
 	// recorded for it belongs to the other request.
-	r, err := c.SignRequest(&ledger.Request{Nonce: usedNonce, ContractID: "builtin.ycsb_c", Argument: []byte(`{"ids":["x"]}`)})
+	r, err := c.SignRequest(&proof.Request{Nonce: usedNonce, ContractID: "builtin.ycsb_c", Argument: []byte(`{"ids":["x"]}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := c.ExecuteRequest(ctx, r); !errors.Is(err, ledger.ErrNonceReused) {
+	if res, err := c.ExecuteRequest(ctx, r); !errors.Is(err, proof.ErrNonceReused) {
 		t.Fatalf("a reused nonce recovered %+v, %v; want ErrNonceReused", res, err)
 	}
 }
@@ -366,13 +367,13 @@ func TestRecoverTellsRequestsApart(t *testing.T) {
 		{"another entity", bob, `{"id":"p"}`},
 		{"the same argument, spelled otherwise", alice, `{"id": "p"}`},
 	} {
-		r, err := tc.c.SignRequest(&ledger.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(tc.arg)})
+		r, err := tc.c.SignRequest(&proof.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(tc.arg)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		lose.Store(nonce, true)
 		res, err := tc.c.ExecuteRequest(ctx, r)
-		if !errors.Is(err, ledger.ErrNonceReused) {
+		if !errors.Is(err, proof.ErrNonceReused) {
 			t.Errorf("%s: recovered the nonce's outcome as this request's (result %v), %v; want ErrNonceReused", tc.name, res != nil, err)
 		}
 		if _, ok := lose.Load(nonce); ok {
@@ -380,7 +381,7 @@ func TestRecoverTellsRequestsApart(t *testing.T) {
 		}
 	}
 	// The request that used the nonce recovers its own outcome.
-	r, err := alice.SignRequest(&ledger.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(`{"id":"p"}`)})
+	r, err := alice.SignRequest(&proof.Request{Nonce: nonce, ContractID: "counter", Argument: []byte(`{"id":"p"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

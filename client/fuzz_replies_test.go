@@ -25,7 +25,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/client"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/wire"
 )
@@ -103,10 +103,10 @@ type byzHarness struct {
 	script atomic.Pointer[script]
 	seq    atomic.Int64
 
-	state  *ledger.TxState   // of the committed nonce h0
-	hist   []*ledger.Version // of asset h
-	result *ledger.Result    // of h0
-	honest [opCount][]byte   // a reply of the real server to each op's first call, for seeds
+	state  *proof.TxState   // of the committed nonce h0
+	hist   []*proof.Version // of asset h
+	result *proof.Result    // of h0
+	honest [opCount][]byte  // a reply of the real server to each op's first call, for seeds
 	secret []byte
 	entity string
 	kinds  []string
@@ -123,7 +123,7 @@ func newByzHarness(f *testing.F) *byzHarness {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { srv.Stop(time.Second) })
-	h := &byzHarness{srv: srv, secret: bytes.Repeat([]byte{4}, 32), entity: "fz", kinds: append(ledger.Kinds(), wire.KindCommitUnknown, "bogus")}
+	h := &byzHarness{srv: srv, secret: bytes.Repeat([]byte{4}, 32), entity: "fz", kinds: append(proof.Kinds(), wire.KindCommitUnknown, "bogus")}
 	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: h.entity, Secret: h.secret, AdminToken: token})
 	if err != nil {
 		f.Fatal(err)
@@ -136,7 +136,7 @@ func newByzHarness(f *testing.F) *byzHarness {
 		f.Fatal(err)
 	}
 	for i := range 3 {
-		r, err := c.SignRequest(&ledger.Request{Nonce: fmt.Sprintf("h%d", i), ContractID: "put", Argument: fmt.Appendf(nil, `{"id":"h","v":%d}`, i)})
+		r, err := c.SignRequest(&proof.Request{Nonce: fmt.Sprintf("h%d", i), ContractID: "put", Argument: fmt.Appendf(nil, `{"id":"h","v":%d}`, i)})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func newByzHarness(f *testing.F) *byzHarness {
 	if h.state, err = c.TxState(ctx, "h0"); err != nil {
 		f.Fatal(err)
 	}
-	if h.hist, err = c.History(ctx, "h", ledger.ScanRange{End: -1, Ascending: true}); err != nil {
+	if h.hist, err = c.History(ctx, "h", proof.ScanRange{End: -1, Ascending: true}); err != nil {
 		f.Fatal(err)
 	}
 	if h.up, err = grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
@@ -369,7 +369,7 @@ func (h *byzHarness) run(t *testing.T, op int, data []byte) {
 		t.Fatalf("op %d, every reply forwarded: %v", op, err)
 	}
 	var ce *client.Error
-	if !errors.As(err, &ce) && ledger.Kind(err) == "" && !errors.Is(err, client.ErrBadReply) && !strings.HasPrefix(err.Error(), "client: ") {
+	if !errors.As(err, &ce) && proof.Kind(err) == "" && !errors.Is(err, client.ErrBadReply) && !strings.HasPrefix(err.Error(), "client: ") {
 		t.Fatalf("op %d with script %q: untyped error %T %v", op, data, err, err)
 	}
 }
@@ -409,7 +409,7 @@ func (h *byzHarness) call(op int) error {
 			return mismatch("result %s, proofs %v", res.Result, res.Proofs)
 		}
 		if honest() {
-			if err := ledger.Verify(h.srv.ProofVerifier, &res.Receipt, res.Signature); err != nil {
+			if err := proof.Verify(h.srv.ProofVerifier, &res.Receipt, res.Signature); err != nil {
 				return fmt.Errorf("honest receipt: %w", err)
 			}
 		}
@@ -422,7 +422,7 @@ func (h *byzHarness) call(op int) error {
 			return mismatch("state %+v, want %+v", st, h.state)
 		}
 	case opHistory:
-		vs, err := c.History(ctx, "h", ledger.ScanRange{End: -1, Ascending: true})
+		vs, err := c.History(ctx, "h", proof.ScanRange{End: -1, Ascending: true})
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 )
 
@@ -79,7 +80,7 @@ func TestCallsStreamConcurrent(t *testing.T) {
 					return
 				}
 				st, err := c.TxState(ctx, res.Nonce)
-				if err != nil || st.Status != ledger.TxCommitted || st.Writes[id] != int64(i-1) {
+				if err != nil || st.Status != proof.TxCommitted || st.Writes[id] != int64(i-1) {
 					t.Errorf("%s: state of %s: %+v, %v", id, res.Nonce, st, err)
 					return
 				}
@@ -97,9 +98,9 @@ func TestCallsStreamConcurrent(t *testing.T) {
 		want          error
 		code          codes.Code
 	}{
-		{"counter", `{"id":"c0","max":1}`, ledger.ErrContractFailed, codes.FailedPrecondition},
-		{"nope", `{}`, ledger.ErrUnknownContract, 0},
-		{"counter", `{"id":`, ledger.ErrBadArgument, 0},
+		{"counter", `{"id":"c0","max":1}`, proof.ErrContractFailed, codes.FailedPrecondition},
+		{"nope", `{}`, proof.ErrUnknownContract, 0},
+		{"counter", `{"id":`, proof.ErrBadArgument, 0},
 	} {
 		var codesSeen []codes.Code
 		for _, cl := range []*client.Client{c, uc} {
@@ -158,7 +159,7 @@ func TestCallsFallBackToUnary(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if st, err := c.TxState(ctx, res.Nonce); err != nil || st.Status != ledger.TxCommitted {
+			if st, err := c.TxState(ctx, res.Nonce); err != nil || st.Status != proof.TxCommitted {
 				t.Errorf("state: %+v, %v", st, err)
 			}
 		}()
@@ -319,13 +320,13 @@ func TestLargeReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ExecuteRequest(ctx, big); !errors.Is(err, ledger.ErrTooLarge) {
+	if _, err := c.ExecuteRequest(ctx, big); !errors.Is(err, proof.ErrTooLarge) {
 		t.Fatalf("a reply over MaxReplyBytes: got %v, want too_large", err)
 	}
-	if st, err := c.TxState(ctx, big.Nonce); err != nil || st.Status != ledger.TxAborted || st.Kind != "too_large" {
+	if st, err := c.TxState(ctx, big.Nonce); err != nil || st.Status != proof.TxAborted || st.Kind != "too_large" {
 		t.Fatalf("the refused transaction's state: %+v, %v; want aborted, too_large", st, err)
 	}
-	if vs, err := c.History(ctx, "outbig-0", ledger.ScanRange{End: -1}); !errors.Is(err, ledger.ErrNotFound) {
+	if vs, err := c.History(ctx, "outbig-0", proof.ScanRange{End: -1}); !errors.Is(err, proof.ErrNotFound) {
 		t.Fatalf("the refused transaction wrote outbig-0: %d versions, %v", len(vs), err)
 	}
 	if res, err := c.Execute(ctx, "fanout", []byte(`{"reads":1,"writes":1,"run":"after"}`)); err != nil || len(res.Proofs) != 1 {

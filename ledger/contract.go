@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // Limits bound what one execution may do, and what a ledger's executions
@@ -157,14 +159,10 @@ type AssetValue struct {
 	Value []byte // canonical JSON
 }
 
-// ScanRange selects versions of one asset: ages in [Start, End] (End < 0
-// means the latest), in ascending or descending order, at most Limit
-// (0 means the ledger's cap).
-type ScanRange struct {
-	Start, End int64
-	Ascending  bool
-	Limit      int
-}
+// ScanRange selects versions of one asset (proof.ScanRange): ages in
+// [Start, End] (End < 0 means the latest), in ascending or descending
+// order, at most Limit (0 means the ledger's cap).
+type ScanRange = proof.ScanRange
 
 // assetStore is the state a contract runs against: a storage transaction
 // on the ledger, or the recorded inputs when a version is re-executed.

@@ -22,6 +22,16 @@
 // reason and writes no asset; a request that fails authentication writes
 // nothing at all.
 //
+// # Records and errors
+//
+// The records the ledger exchanges with its clients — Request,
+// ContractRegistration, Version, Proof, Receipt, Result, TxState — their
+// encodings, Sign and Verify, and the sentinel errors with their kinds
+// are package proof's, so that the SDK, the Validator and the Auditor can
+// build and check them without linking the interpreter or storage. This
+// package names them by alias (ledger.Request is proof.Request), and its
+// errors are proof's values, so errors.Is matches either.
+//
 // # Determinism
 //
 // Contracts cannot reach the clock, randomness or any I/O: Starlark has no

@@ -6,16 +6,14 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
-// Result is what Execute returns: the transaction's signed receipt (with
-// the contract's result) and one proof per asset version written, in id
-// order.
-type Result struct {
-	Receipt
-	Proofs []Proof
-}
+// Result is what Execute returns (proof.Result): the transaction's signed
+// receipt (with the contract's result) and one proof per asset version
+// written, in id order.
+type Result = proof.Result
 
 // Execute verifies req, runs its contract in one strictly serializable
 // transaction and returns the result with a signed proof per written
@@ -29,7 +27,7 @@ type Result struct {
 // and records the nonce as aborted with the reason, so GetTxState answers
 // for it and the nonce cannot be used again.
 func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
-	if err := req.check(l.lim); err != nil {
+	if err := checkRequest(req, l.lim); err != nil {
 		return nil, err
 	}
 	v, err := l.verifier(ctx, req.Entity, req.KeyVersion)
@@ -248,7 +246,7 @@ const (
 
 // EncodedBound bounds the size of v's protobuf encoding as an element of
 // a reply (api.AssetVersion), which History keeps within MaxReplyBytes.
-func (v *Version) EncodedBound() int {
+func EncodedBound(v *Version) int {
 	n := versionOverhead + len(v.ID) + len(v.Output) + len(v.Contract) + len(v.Argument) + len(v.Nonce) + len(v.Entity) +
 		len(v.Signature) + len(v.PrevHash) + len(v.Hash) + len(v.ProofSignature)
 	for id := range v.Input {
@@ -451,7 +449,7 @@ func (l *Ledger) historyPage(ctx context.Context, id string, r ScanRange, page *
 		if err != nil {
 			return err
 		}
-		n := v.EncodedBound()
+		n := EncodedBound(v)
 		if len(page.Versions) > 0 && size+n > l.lim.MaxReplyBytes {
 			page.Truncated = true
 			break

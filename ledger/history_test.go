@@ -63,7 +63,7 @@ def invoke(ledger, args):
 					}
 					size := 0
 					for _, v := range page.Versions {
-						size += v.EncodedBound()
+						size += EncodedBound(v)
 					}
 					if len(page.Versions) == 0 || size > budget && len(page.Versions) > 1 {
 						t.Fatalf("asc=%v limit=%d: a page of %d versions, %d bytes", asc, limit, len(page.Versions), size)

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -344,33 +345,17 @@ func (l *Ledger) contract(ctx context.Context, id string) (Contract, error) {
 
 // ---- transaction states ----
 
-// TxStatus is the outcome recorded for a nonce.
-type TxStatus string
+// TxStatus is the outcome recorded for a nonce (proof.TxStatus).
+type TxStatus = proof.TxStatus
 
 const (
-	TxCommitted TxStatus = "committed"
-	TxAborted   TxStatus = "aborted"
-	TxUnknown   TxStatus = "unknown" // nothing recorded (never seen, rejected before execution, or still running)
+	TxCommitted = proof.TxCommitted
+	TxAborted   = proof.TxAborted
+	TxUnknown   = proof.TxUnknown // nothing recorded (never seen, rejected before execution, or still running)
 )
 
-// TxState is what the ledger recorded for a nonce.
-type TxState struct {
-	Nonce    string
-	Status   TxStatus
-	Kind     string           // the error kind (Kind) it aborted with
-	Reason   string           // why it aborted
-	Contract string           // the contract the request named
-	Result   []byte           // the contract's result, if committed
-	Writes   map[string]int64 // asset id → age written, if committed
-	Input    map[string]int64 // the read set, if committed
-	// Signature is the ledger's receipt signature, if committed.
-	Signature []byte
-}
-
-// Receipt returns the signed receipt of a committed transaction.
-func (st *TxState) Receipt() Receipt {
-	return Receipt{Nonce: st.Nonce, Contract: st.Contract, Input: st.Input, Writes: st.Writes, Result: st.Result, Signature: st.Signature}
-}
+// TxState is what the ledger recorded for a nonce (proof.TxState).
+type TxState = proof.TxState
 
 // TxState returns the recorded state of nonce; TxUnknown if there is none.
 func (l *Ledger) TxState(ctx context.Context, nonce string) (*TxState, error) {

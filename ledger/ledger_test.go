@@ -6,7 +6,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -886,24 +885,6 @@ func TestUnknownKey(t *testing.T) {
 		key, ok := unknownKey([]byte(c.in), []string{"ids", "n"})
 		if ok != (c.key == "") || key != c.key {
 			t.Errorf("unknownKey(%s) = %q, %v; want %q", c.in, key, ok, c.key)
-		}
-	}
-}
-
-// TestAgeMapJSON checks the input encoding against encoding/json, whose
-// output it replaces byte for byte, on ids with characters it escapes.
-func TestAgeMapJSON(t *testing.T) {
-	for _, m := range []map[string]int64{
-		nil, {}, {"a": 0},
-		{"z": -1, "a\"b": 9007199254740991, "x<y>&": 3, "back\\slash": 7, "~": 1, "9": 2, "b": 4, "c": 5, "d": 6, "e": 8},
-		{"tab\there": 1}, {"\u00e9": 2},
-	} {
-		want, _ := json.Marshal(m)
-		if m == nil {
-			want = []byte("{}")
-		}
-		if got := ageMapJSON(m); string(got) != string(want) {
-			t.Errorf("ageMapJSON(%v) = %s, want %s", m, got, want)
 		}
 	}
 }

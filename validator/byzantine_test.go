@@ -25,6 +25,7 @@ import (
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/wire"
@@ -43,7 +44,7 @@ type execFault func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteRe
 
 // historyFault rewrites the full history of asset id before GetAsset serves
 // the range asked for.
-type historyFault func(id string, hist []*ledger.Version) ([]*ledger.Version, error)
+type historyFault func(id string, hist []*proof.Version) ([]*proof.Version, error)
 
 type byzProxy struct {
 	api.UnimplementedLedgerServer
@@ -205,7 +206,7 @@ func (p *byzProxy) GetAsset(ctx context.Context, in *api.GetAssetRequest) (*api.
 	if f == nil {
 		return relay(ctx, in, p.up.GetAsset)
 	}
-	var hist []*ledger.Version
+	var hist []*proof.Version
 	for start := int64(0); ; {
 		page, err := p.up.GetAsset(ctx, &api.GetAssetRequest{Id: in.Id, StartAge: start, EndAge: -1})
 		if err != nil {
@@ -251,7 +252,7 @@ func (p *byzProxy) contract(id string) (ledger.Contract, error) {
 	src, ok := p.sources[id]
 	p.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ledger.ErrUnknownContract, id)
+		return nil, fmt.Errorf("%w: %s", proof.ErrUnknownContract, id)
 	}
 	return ledger.CompileContract(id, src)
 }
@@ -279,7 +280,7 @@ func (p *byzProxy) fabricate(ctx context.Context, in *api.ExecuteRequest, input,
 	if div != "" {
 		return nil, status.Errorf(codes.Internal, "byzantine proxy: %s does not run on the chosen snapshot: %s", req.Nonce, div)
 	}
-	res := &ledger.Result{Receipt: ledger.Receipt{Nonce: req.Nonce, Contract: req.ContractID, Input: input, Writes: writes, Result: rep.Result}}
+	res := &proof.Result{Receipt: proof.Receipt{Nonce: req.Nonce, Contract: req.ContractID, Input: input, Writes: writes, Result: rep.Result}}
 	for _, id := range slices.Sorted(maps.Keys(writes)) {
 		ph, ok := prev[id]
 		if !ok && writes[id] > 0 {
@@ -289,7 +290,7 @@ func (p *byzProxy) fabricate(ctx context.Context, in *api.ExecuteRequest, input,
 			}
 			ph = pv.Hash
 		}
-		ver := &ledger.Version{ID: id, Age: writes[id], Input: input, Output: rep.Writes[id], Contract: req.ContractID,
+		ver := &proof.Version{ID: id, Age: writes[id], Input: input, Output: rep.Writes[id], Contract: req.ContractID,
 			Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity, KeyVersion: req.KeyVersion, Signature: req.Signature,
 			PrevHash: ph}
 		ver.Hash = ver.ComputeHash()
@@ -307,7 +308,7 @@ func (p *byzProxy) fabricate(ctx context.Context, in *api.ExecuteRequest, input,
 
 // alter has the real ledger execute in, then lets f doctor the result
 // before it goes back.
-func (p *byzProxy) alter(ctx context.Context, in *api.ExecuteRequest, f func(res *ledger.Result) error) (*api.ExecuteReply, error) {
+func (p *byzProxy) alter(ctx context.Context, in *api.ExecuteRequest, f func(res *proof.Result) error) (*api.ExecuteReply, error) {
 	reply, err := p.forward(ctx, in)
 	if err != nil {
 		return nil, err
@@ -323,7 +324,7 @@ func (p *byzProxy) alter(ctx context.Context, in *api.ExecuteRequest, f func(res
 }
 
 // resign signs res's proofs and receipt anew with the ledger's key.
-func (p *byzProxy) resign(res *ledger.Result) error {
+func (p *byzProxy) resign(res *proof.Result) error {
 	var err error
 	for i := range res.Proofs {
 		if res.Proofs[i].Signature, err = p.signer.Sign(res.Proofs[i].SigningBytes()); err != nil {
@@ -336,7 +337,7 @@ func (p *byzProxy) resign(res *ledger.Result) error {
 
 // rechain re-links hist (prev_hash), rehashes and re-signs every version,
 // so a rewritten history is internally consistent.
-func (p *byzProxy) rechain(hist []*ledger.Version) error {
+func (p *byzProxy) rechain(hist []*proof.Version) error {
 	for i, v := range hist {
 		v.PrevHash = nil
 		if i > 0 {
@@ -398,7 +399,7 @@ func newByzEnv(t *testing.T) *byzEnv {
 }
 
 // exec executes through the Validator and fails the test on error.
-func (e *byzEnv) exec(t *testing.T, contract, format string, a ...any) *ledger.Result {
+func (e *byzEnv) exec(t *testing.T, contract, format string, a ...any) *proof.Result {
 	t.Helper()
 	res, err := e.v.Execute(context.Background(), contract, fmt.Appendf(nil, format, a...))
 	if err != nil {
@@ -413,7 +414,7 @@ func (e *byzEnv) concurrently(t *testing.T, first <-chan struct{}, c1, a1, c2, a
 	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	var r1, r2 *ledger.Result
+	var r1, r2 *proof.Result
 	var err1, err2 error
 	wg.Go(func() { r1, err1 = e.v.Execute(ctx, c1, []byte(a1)) })
 	select {
@@ -498,7 +499,7 @@ func TestByzantine(t *testing.T) {
 		e := newByzEnv(t)
 		load(t, e)
 		e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
-			return e.p.alter(ctx, in, func(res *ledger.Result) error {
+			return e.p.alter(ctx, in, func(res *proof.Result) error {
 				res.Result = []byte(`{"age":99}`)
 				return e.p.resign(res)
 			})
@@ -518,9 +519,9 @@ func TestByzantine(t *testing.T) {
 		load(t, e)
 		e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
 			req := wire.RequestFromAPI(in)
-			return e.p.alter(ctx, in, func(res *ledger.Result) error {
+			return e.p.alter(ctx, in, func(res *proof.Result) error {
 				pr := &res.Proofs[0]
-				forged := &ledger.Version{ID: pr.ID, Age: pr.Age, Input: pr.Input, Output: []byte(`{"payload":"forged","updates":1}`),
+				forged := &proof.Version{ID: pr.ID, Age: pr.Age, Input: pr.Input, Output: []byte(`{"payload":"forged","updates":1}`),
 					Contract: req.ContractID, Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity,
 					KeyVersion: req.KeyVersion, Signature: req.Signature, PrevHash: pr.PrevHash}
 				pr.Hash = forged.ComputeHash()
@@ -537,7 +538,7 @@ func TestByzantine(t *testing.T) {
 		e := newByzEnv(t)
 		load(t, e)
 		e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
-			return e.p.alter(ctx, in, func(res *ledger.Result) error {
+			return e.p.alter(ctx, in, func(res *proof.Result) error {
 				sig := res.Proofs[0].Signature
 				sig[len(sig)/2] ^= 0x01
 				return nil
@@ -551,7 +552,7 @@ func TestByzantine(t *testing.T) {
 		e := newByzEnv(t)
 		load(t, e)
 		e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
-			return e.p.alter(ctx, in, func(res *ledger.Result) error {
+			return e.p.alter(ctx, in, func(res *proof.Result) error {
 				res.Signature[len(res.Signature)-1] ^= 0x01
 				return nil
 			})
@@ -674,7 +675,7 @@ def invoke(ledger, args):
 	}
 	t.Run("7a_dropped_gap", func(t *testing.T) {
 		e, ts := dropSetup(t)
-		e.p.setHistory(func(id string, hist []*ledger.Version) ([]*ledger.Version, error) {
+		e.p.setHistory(func(id string, hist []*proof.Version) ([]*proof.Version, error) {
 			if id != k {
 				return hist, nil
 			}
@@ -685,7 +686,7 @@ def invoke(ledger, args):
 	})
 	t.Run("7b_dropped_renumbered", func(t *testing.T) {
 		e, ts := dropSetup(t)
-		e.p.setHistory(func(id string, hist []*ledger.Version) ([]*ledger.Version, error) {
+		e.p.setHistory(func(id string, hist []*proof.Version) ([]*proof.Version, error) {
 			if id != k {
 				return hist, nil
 			}
@@ -704,7 +705,7 @@ def invoke(ledger, args):
 		e := newByzEnv(t)
 		load(t, e)
 		t1, t2 := ycsbF(t, e, "p1"), ycsbF(t, e, "p2")
-		e.p.setHistory(func(id string, hist []*ledger.Version) ([]*ledger.Version, error) {
+		e.p.setHistory(func(id string, hist []*proof.Version) ([]*proof.Version, error) {
 			if id != k {
 				return hist, nil
 			}

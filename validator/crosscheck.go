@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -69,7 +69,7 @@ func (r *run) crossCheck(keys []string) error {
 		if err != nil {
 			return err
 		}
-		byAge := map[int64]*ledger.Version{}
+		byAge := map[int64]*proof.Version{}
 		ledgerAges := map[string][]int64{} // nonce → ages it holds in the history
 		for _, lv := range hist {
 			byAge[lv.Age] = lv
@@ -143,11 +143,11 @@ func (r *run) crossCheck(keys []string) error {
 }
 
 // history fetches every version of id from the ledger, a page at a time.
-func (r *run) history(id string) ([]*ledger.Version, error) {
-	var out []*ledger.Version
+func (r *run) history(id string) ([]*proof.Version, error) {
+	var out []*proof.Version
 	for start := int64(0); ; {
-		page, err := r.v.c.History(r.ctx, id, ledger.ScanRange{Start: start, End: -1, Ascending: true})
-		if errors.Is(err, ledger.ErrNotFound) {
+		page, err := r.v.c.History(r.ctx, id, proof.ScanRange{Start: start, End: -1, Ascending: true})
+		if errors.Is(err, proof.ErrNotFound) {
 			return out, nil // no version at all: every logged write is dropped
 		}
 		if err != nil {

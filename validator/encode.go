@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // The logged outcome's JSON columns are written by hand, with the ledger's
@@ -32,7 +32,7 @@ func jsonText(size int, appendTo func([]byte) []byte) string {
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // proofsSize estimates the encoded size of ps.
-func proofsSize(ps []ledger.Proof) int {
+func proofsSize(ps []proof.Proof) int {
 	n := 2
 	for i := range ps {
 		p := &ps[i]
@@ -49,11 +49,11 @@ func appendIDAges(b []byte, m map[string]int64) []byte {
 	if m == nil {
 		return append(b, "null"...)
 	}
-	return ledger.AppendAgeMapJSON(b, m)
+	return proof.AppendAgeMapJSON(b, m)
 }
 
 // appendProofs appends ps as json.Marshal writes the []proofJSON of them.
-func appendProofs(b []byte, ps []ledger.Proof) []byte {
+func appendProofs(b []byte, ps []proof.Proof) []byte {
 	b = append(b, '[')
 	for i := range ps {
 		p := &ps[i]
@@ -61,11 +61,11 @@ func appendProofs(b []byte, ps []ledger.Proof) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"id":`...)
-		b = ledger.AppendJSONString(b, p.ID)
+		b = proof.AppendJSONString(b, p.ID)
 		b = append(b, `,"age":`...)
 		b = strconv.AppendInt(b, p.Age, 10)
 		b = append(b, `,"nonce":`...)
-		b = ledger.AppendJSONString(b, p.Nonce)
+		b = proof.AppendJSONString(b, p.Nonce)
 		b = append(b, `,"input":`...)
 		b = appendIDAges(b, p.Input)
 		b = append(b, `,"hash":`...)

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // TestOutcomeJSONMatchesEncodingJSON: the hand-written encoders write the
@@ -46,10 +46,10 @@ func TestOutcomeJSONMatchesEncodingJSON(t *testing.T) {
 		return b
 	}
 	for range 2000 {
-		ps := make([]ledger.Proof, rng.IntN(4))
+		ps := make([]proof.Proof, rng.IntN(4))
 		want := make([]proofJSON, len(ps))
 		for i := range ps {
-			ps[i] = ledger.Proof{ID: str(), Age: rng.Int64N(1 << 50), Nonce: str(), Input: ages(), Hash: bytes(), PrevHash: bytes(), Signature: bytes()}
+			ps[i] = proof.Proof{ID: str(), Age: rng.Int64N(1 << 50), Nonce: str(), Input: ages(), Hash: bytes(), PrevHash: bytes(), Signature: bytes()}
 			p := ps[i]
 			want[i] = proofJSON{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}
 		}

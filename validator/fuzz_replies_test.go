@@ -26,7 +26,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/engine"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/wire"
 )
@@ -85,7 +85,7 @@ func TestFailedRunReportsFindings(t *testing.T) {
 	// cross-check's history is refused.
 	h.script.Store(&vscript{data: append(step(1, h.oldReply), step(2, []byte{16})...)})
 	defer h.script.Store(&vscript{})
-	r, err := h.c.SignRequest(&ledger.Request{Nonce: "failed-run", ContractID: "put", Argument: []byte(`{"id":"f","v":1}`)})
+	r, err := h.c.SignRequest(&proof.Request{Nonce: "failed-run", ContractID: "put", Argument: []byte(`{"id":"f","v":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func newValidatorHarness(f testing.TB) *validatorHarness {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { conn.Close() })
-	h := &validatorHarness{srv: srv, up: api.NewLedgerClient(conn), kinds: append(ledger.Kinds(), wire.KindCommitUnknown)}
+	h := &validatorHarness{srv: srv, up: api.NewLedgerClient(conn), kinds: append(proof.Kinds(), wire.KindCommitUnknown)}
 	h.script.Store(&vscript{})
 
 	gs := grpc.NewServer()
@@ -294,7 +294,7 @@ func (p *scriptProxy) GetAsset(ctx context.Context, in *api.GetAssetRequest) (*a
 // ledger answered: the SDK's, the ledger's kinds, or its own.
 func typedErr(err error) bool {
 	var ce *client.Error
-	return errors.As(err, &ce) || ledger.Kind(err) != "" || errors.Is(err, ErrLogIncomplete) ||
+	return errors.As(err, &ce) || proof.Kind(err) != "" || errors.Is(err, ErrLogIncomplete) ||
 		strings.HasPrefix(err.Error(), "client: ") || strings.HasPrefix(err.Error(), "validator: ")
 }
 
@@ -302,15 +302,15 @@ func typedErr(err error) bool {
 // signed statement about r: a receipt that verifies as one for r's nonce
 // and contract (the log keeps the request's, not the reply's), and one
 // verifying proof per write, for r's nonce and the receipt's read set.
-func (h *validatorHarness) genuine(r *ledger.Request, res *ledger.Result) bool {
+func (h *validatorHarness) genuine(r *proof.Request, res *proof.Result) bool {
 	rc := res.Receipt
 	rc.Nonce, rc.Contract = r.Nonce, r.ContractID
-	if ledger.Verify(h.srv.ProofVerifier, &rc, rc.Signature) != nil || len(res.Proofs) != len(rc.Writes) {
+	if proof.Verify(h.srv.ProofVerifier, &rc, rc.Signature) != nil || len(res.Proofs) != len(rc.Writes) {
 		return false
 	}
 	for i := range res.Proofs {
 		p := &res.Proofs[i]
-		if a, ok := rc.Writes[p.ID]; !ok || a != p.Age || p.Nonce != rc.Nonce || ledger.Verify(h.srv.ProofVerifier, p, p.Signature) != nil {
+		if a, ok := rc.Writes[p.ID]; !ok || a != p.Age || p.Nonce != rc.Nonce || proof.Verify(h.srv.ProofVerifier, p, p.Signature) != nil {
 			return false
 		}
 	}
@@ -323,7 +323,7 @@ func (h *validatorHarness) run(t *testing.T, data []byte) {
 	s := &vscript{data: data}
 	h.script.Store(s)
 	n := h.seq.Add(1) // of fixed width, as the script's offsets are
-	r, err := h.c.SignRequest(&ledger.Request{Nonce: fmt.Sprintf("fz-%08d", n), ContractID: "put",
+	r, err := h.c.SignRequest(&proof.Request{Nonce: fmt.Sprintf("fz-%08d", n), ContractID: "put",
 		Argument: fmt.Appendf(nil, `{"id":"x%08d","v":[1,"é"]}`, n)})
 	if err != nil {
 		t.Fatal(err)

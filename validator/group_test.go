@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -112,7 +112,7 @@ func TestCommitterGroups(t *testing.T) {
 			}
 			put := func(nonce string) error {
 				lr := newLogRequests(ns)
-				tx := &Tx{Request: ledger.Request{Nonce: nonce, ContractID: "c", Entity: "e", Argument: []byte("{}")}, Begin: 1}
+				tx := &Tx{Request: proof.Request{Nonce: nonce, ContractID: "c", Entity: "e", Argument: []byte("{}")}, Begin: 1}
 				_, err := c.do(ctx, lr.requestPut(tx), lr.pendingPut(tx))
 				return err
 			}

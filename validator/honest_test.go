@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -116,7 +116,7 @@ func honest(t *testing.T, db storage.Backend, ns string, total, clients int, clo
 				default:
 					_, err = v.Execute(ctx, "transfer", fmt.Appendf(nil, `{"from":"a%d","to":"a%d","amount":%d}`, rng.IntN(4), 4+rng.IntN(4), rng.IntN(150)))
 				}
-				if err != nil && !errors.Is(err, ledger.ErrContractFailed) {
+				if err != nil && !errors.Is(err, proof.ErrContractFailed) {
 					t.Error(err)
 					return
 				}

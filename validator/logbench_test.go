@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kiroku-db/kiroku/bench"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -77,11 +77,11 @@ func benchTx(n int64) *Tx {
 	id := "y" + strconv.FormatInt(n%10000, 10)
 	nonce := "bench-" + strconv.FormatInt(n, 10)
 	return &Tx{
-		Request:  ledger.Request{Nonce: nonce, ContractID: "builtin.ycsb_f", Argument: benchArg, Entity: "bench", KeyVersion: 1, Signature: benchSig},
+		Request:  proof.Request{Nonce: nonce, ContractID: "builtin.ycsb_f", Argument: benchArg, Entity: "bench", KeyVersion: 1, Signature: benchSig},
 		LoggedAt: time.Now().UnixMicro(),
-		Receipt: ledger.Receipt{Nonce: nonce, Contract: "builtin.ycsb_f", Input: map[string]int64{id: 5}, Writes: map[string]int64{id: 6},
+		Receipt: proof.Receipt{Nonce: nonce, Contract: "builtin.ycsb_f", Input: map[string]int64{id: 5}, Writes: map[string]int64{id: 6},
 			Result: []byte(`{"ok":true}`), Signature: benchSig},
-		Proofs: []ledger.Proof{{ID: id, Age: 6, Nonce: nonce, Input: map[string]int64{id: 5}, Hash: benchSig, PrevHash: benchSig, Signature: benchSig}},
+		Proofs: []proof.Proof{{ID: id, Age: 6, Nonce: nonce, Input: map[string]int64{id: 5}, Hash: benchSig, PrevHash: benchSig, Signature: benchSig}},
 	}
 }
 

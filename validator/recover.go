@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -103,14 +103,14 @@ func (v *Validator) resolve(ctx context.Context, t *Tx, rec *Recovery) error {
 		return fmt.Errorf("validator: state of in-doubt %s: %w", t.Request.Nonce, err)
 	}
 	switch st.Status {
-	case ledger.TxCommitted:
+	case proof.TxCommitted:
 		res, err := v.c.CommittedResult(ctx, st)
 		if err != nil {
 			return fmt.Errorf("validator: in-doubt %s: %w", t.Request.Nonce, err)
 		}
 		t.Status, t.Receipt, t.Proofs = StatusCommitted, res.Receipt, res.Proofs
 		rec.Committed++
-	case ledger.TxAborted:
+	case proof.TxAborted:
 		t.Status, t.Reason = StatusAborted, st.Reason
 		rec.Aborted++
 	default:

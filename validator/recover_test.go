@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // TestRecoverInDoubt logs requests whose replies never reach the
@@ -28,7 +28,7 @@ func TestRecoverInDoubt(t *testing.T) {
 	}
 	// lost logs a request and hands it to the ledger (or not), as if the
 	// reply were lost.
-	lost := func(contract, arg string, send bool) *ledger.Request {
+	lost := func(contract, arg string, send bool) *proof.Request {
 		r, err := c.NewRequest(contract, []byte(arg))
 		if err != nil {
 			t.Fatal(err)

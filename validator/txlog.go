@@ -7,7 +7,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -27,15 +27,15 @@ const (
 
 // Tx is one logged transaction.
 type Tx struct {
-	Request  ledger.Request
+	Request  proof.Request
 	Begin    int64 // begin clock
 	LoggedAt int64 // wall time the request was logged, Unix microseconds
 	End      int64 // end clock; 0 while in doubt
 	Status   Status
 	Reason   string // why it aborted
 	// The receipt and proofs of a committed transaction.
-	Receipt   ledger.Receipt
-	Proofs    []ledger.Proof
+	Receipt   proof.Receipt
+	Proofs    []proof.Proof
 	Validated bool
 }
 
@@ -155,7 +155,7 @@ func (lr *logRequests) outcomePut(t *Tx) *storage.Put {
 
 // rowTx decodes a txs row.
 func rowTx(nonce string, row storage.Row) (*Tx, error) {
-	t := &Tx{Request: ledger.Request{Nonce: nonce, ContractID: row["contract"].AsText(), Argument: row["argument"].AsBlob(),
+	t := &Tx{Request: proof.Request{Nonce: nonce, ContractID: row["contract"].AsText(), Argument: row["argument"].AsBlob(),
 		Entity: row["entity"].AsText(), KeyVersion: uint32(row["key_version"].AsBigInt()), Signature: row["signature"].AsBlob()},
 		Begin: row["begin_clock"].AsBigInt(), LoggedAt: row["logged_at"].AsBigInt(), Status: Status(row["status"].AsText())}
 	if v := row["end_clock"]; !v.IsNull() {
@@ -170,7 +170,7 @@ func rowTx(nonce string, row storage.Row) (*Tx, error) {
 	if t.Status != StatusCommitted {
 		return t, nil
 	}
-	t.Receipt = ledger.Receipt{Nonce: nonce, Contract: t.Request.ContractID, Result: []byte(row["result"].AsText()),
+	t.Receipt = proof.Receipt{Nonce: nonce, Contract: t.Request.ContractID, Result: []byte(row["result"].AsText()),
 		Signature: row["receipt_sig"].AsBlob()}
 	for col, m := range map[string]*map[string]int64{"input": &t.Receipt.Input, "writes": &t.Receipt.Writes} {
 		if row[col].AsText() == "" {
@@ -185,7 +185,7 @@ func rowTx(nonce string, row storage.Row) (*Tx, error) {
 		return nil, fmt.Errorf("validator: logged transaction %s: proofs: %w", nonce, err)
 	}
 	for _, p := range ps {
-		t.Proofs = append(t.Proofs, ledger.Proof{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature})
+		t.Proofs = append(t.Proofs, proof.Proof{ID: p.ID, Age: p.Age, Nonce: p.Nonce, Input: p.Input, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature})
 	}
 	return t, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/mvsg"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -293,7 +294,7 @@ func (r *run) signatureFault(t *Tx) string {
 	if rc.Nonce != t.Request.Nonce || rc.Contract != t.Request.ContractID {
 		return fmt.Sprintf("the receipt is for %s/%s, the request was %s/%s", rc.Nonce, rc.Contract, t.Request.Nonce, t.Request.ContractID)
 	}
-	if err := ledger.Verify(r.v.key, rc, rc.Signature); err != nil {
+	if err := proof.Verify(r.v.key, rc, rc.Signature); err != nil {
 		return "receipt: " + err.Error()
 	}
 	if len(t.Proofs) != len(rc.Writes) {
@@ -304,7 +305,7 @@ func (r *run) signatureFault(t *Tx) string {
 		if a, ok := rc.Writes[p.ID]; !ok || a != p.Age || p.Nonce != rc.Nonce || !maps.Equal(p.Input, rc.Input) {
 			return fmt.Sprintf("the proof of %s@%d does not match the receipt", p.ID, p.Age)
 		}
-		if err := ledger.Verify(r.v.key, p, p.Signature); err != nil {
+		if err := proof.Verify(r.v.key, p, p.Signature); err != nil {
 			return fmt.Sprintf("proof of %s@%d: %v", p.ID, p.Age, err)
 		}
 	}
@@ -372,7 +373,7 @@ func (r *run) Output(ctx context.Context, id string, age int64) ([]byte, error) 
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: the Validator has no state for %s@%d (its writer is not logged, or failed validation)", ledger.ErrNotFound, id, age)
+		return nil, fmt.Errorf("%w: the Validator has no state for %s@%d (its writer is not logged, or failed validation)", proof.ErrNotFound, id, age)
 	}
 	return s.output, nil
 }
@@ -408,7 +409,7 @@ func (r *run) checkOne(t *Tx) error {
 	}
 	for i := range t.Proofs {
 		p := &t.Proofs[i]
-		ver := &ledger.Version{ID: p.ID, Age: p.Age, Input: rc.Input, Output: res.Writes[p.ID], Contract: t.Request.ContractID,
+		ver := &proof.Version{ID: p.ID, Age: p.Age, Input: rc.Input, Output: res.Writes[p.ID], Contract: t.Request.ContractID,
 			Argument: t.Request.Argument, Nonce: n, Entity: t.Request.Entity, KeyVersion: t.Request.KeyVersion,
 			Signature: t.Request.Signature, PrevHash: p.PrevHash}
 		h := ver.ComputeHash()

@@ -10,6 +10,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -185,7 +186,7 @@ func parsePublicKey(pemBytes []byte) (auth.Verifier, error) {
 
 // Execute runs contractID with a JSON argument under a fresh nonce, logging
 // it as Algorithm 1 does. See ExecuteRequest.
-func (v *Validator) Execute(ctx context.Context, contractID string, argument []byte) (*ledger.Result, error) {
+func (v *Validator) Execute(ctx context.Context, contractID string, argument []byte) (*proof.Result, error) {
 	r, err := v.c.NewRequest(contractID, argument)
 	if err != nil {
 		return nil, err
@@ -205,7 +206,7 @@ func (v *Validator) Execute(ctx context.Context, contractID string, argument []b
 // embedded engine), durable with the next durable commit: a crash may
 // lose it, and the transaction is then in doubt again and Recover finds
 // its outcome at the ledger (see doc.go).
-func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*ledger.Result, error) {
+func (v *Validator) ExecuteRequest(ctx context.Context, r *proof.Request) (*proof.Result, error) {
 	t := &Tx{Request: *r, LoggedAt: v.cfg.Now().UnixMicro()}
 	if err := v.logRequest(ctx, t); err != nil {
 		return nil, err
@@ -231,7 +232,7 @@ func (v *Validator) ExecuteRequest(ctx context.Context, r *ledger.Request) (*led
 // definitive reports whether err is the ledger's own answer that it did not
 // commit (a refusal or an abort), not a lost or ambiguous reply.
 func definitive(err error) bool {
-	return ledger.Kind(err) != "" && !errors.Is(err, ledger.ErrNonceReused) && !errors.Is(err, ledger.ErrNotFound)
+	return proof.Kind(err) != "" && !errors.Is(err, proof.ErrNonceReused) && !errors.Is(err, proof.ErrNotFound)
 }
 
 // logRequests returns requests to log a transaction with, spent ones if
@@ -255,7 +256,7 @@ func (v *Validator) logRequest(ctx context.Context, t *Tx) error {
 		err = commitPuts(ctx, v.db, lr.requestPut(t), lr.pendingPut(t))
 	}
 	if errors.Is(err, storage.ErrConditionNotMet) {
-		return fmt.Errorf("%w: nonce %s is already logged", ledger.ErrNonceReused, t.Request.Nonce)
+		return fmt.Errorf("%w: nonce %s is already logged", proof.ErrNonceReused, t.Request.Nonce)
 	}
 	if err != nil {
 		return fmt.Errorf("validator: logging request %s: %w", t.Request.Nonce, err)
@@ -338,7 +339,7 @@ func (v *Validator) contract(ctx context.Context, id string) (ledger.Contract, e
 			}
 		}
 		if source == nil {
-			return nil, fmt.Errorf("%w: %s", ledger.ErrUnknownContract, id)
+			return nil, fmt.Errorf("%w: %s", proof.ErrUnknownContract, id)
 		}
 	}
 	c, err := ledger.CompileContract(id, source)

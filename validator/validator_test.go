@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -79,8 +79,8 @@ func TestHonestSmall(t *testing.T) {
 // TestTxRowRoundTripsEmptySets: a committed transaction that read nothing
 // (its receipt's input set is nil) is stored and decoded back.
 func TestTxRowRoundTripsEmptySets(t *testing.T) {
-	tx := &Tx{Request: ledger.Request{Nonce: "n", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
-		Receipt: ledger.Receipt{Result: []byte("0")}}
+	tx := &Tx{Request: proof.Request{Nonce: "n", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
+		Receipt: proof.Receipt{Result: []byte("0")}}
 	lr := newLogRequests("ns")
 	row := maps.Clone(lr.requestPut(tx).Values)
 	maps.Copy(row, lr.outcomePut(tx).Values)
@@ -95,10 +95,10 @@ func TestTxRowRoundTripsEmptySets(t *testing.T) {
 // committed columns alone (NULL), rather than writing the commit's.
 func TestLogRequestsRefilled(t *testing.T) {
 	lr := newLogRequests("ns")
-	committed := &Tx{Request: ledger.Request{Nonce: "a", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
-		Receipt: ledger.Receipt{Input: map[string]int64{"x": 1}, Writes: map[string]int64{"x": 2}, Result: []byte("0"), Signature: []byte("s")},
-		Proofs:  []ledger.Proof{{ID: "x", Age: 2}}}
-	aborted := &Tx{Request: ledger.Request{Nonce: "b", ContractID: "c"}, Begin: 3, End: 4, Status: StatusAborted, Reason: "no"}
+	committed := &Tx{Request: proof.Request{Nonce: "a", ContractID: "c"}, Begin: 1, End: 2, Status: StatusCommitted,
+		Receipt: proof.Receipt{Input: map[string]int64{"x": 1}, Writes: map[string]int64{"x": 2}, Result: []byte("0"), Signature: []byte("s")},
+		Proofs:  []proof.Proof{{ID: "x", Age: 2}}}
+	aborted := &Tx{Request: proof.Request{Nonce: "b", ContractID: "c"}, Begin: 3, End: 4, Status: StatusAborted, Reason: "no"}
 	lr.outcomePut(committed)
 	p := lr.outcomePut(aborted)
 	want := (&logRequests{outcome: storage.Put{Partition: storage.Values{}, Values: storage.Values{}}}).outcomePut(aborted)
@@ -143,7 +143,7 @@ func TestLoggedNonceRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = v.ExecuteRequest(ctx, r)
-		if !errors.Is(err, ledger.ErrNonceReused) || !strings.Contains(err.Error(), "already logged") {
+		if !errors.Is(err, proof.ErrNonceReused) || !strings.Contains(err.Error(), "already logged") {
 			t.Fatalf("second ExecuteRequest: %v, want ErrNonceReused (already logged)", err)
 		}
 		after, err := v.loadTx(ctx, r.Nonce)

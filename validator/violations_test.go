@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kiroku-db/kiroku/api"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -18,7 +18,7 @@ func TestViolationsRecordedOnce(t *testing.T) {
 	e := newByzEnv(t)
 	e.exec(t, "builtin.bulk_load", `{"prefix":"k","first":0,"count":2,"payload":"init"}`)
 	e.p.setExec(func(ctx context.Context, in *api.ExecuteRequest) (*api.ExecuteReply, error) {
-		return e.p.alter(ctx, in, func(res *ledger.Result) error {
+		return e.p.alter(ctx, in, func(res *proof.Result) error {
 			sig := res.Proofs[0].Signature
 			sig[len(sig)/2] ^= 0x01
 			return nil

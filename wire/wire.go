@@ -1,8 +1,10 @@
-// Package wire converts between the ledger's types and the gRPC API's
-// messages, and holds the error convention both ends share: the trailer
-// that names a ledger error's kind, and the gRPC code each kind travels
-// with. The server and the client SDK both use it, so the SDK does not
-// depend on the server and the storage backends behind it.
+// Package wire converts between the records of package proof (the
+// ledger's requests, versions, proofs, receipts and transaction states)
+// and the gRPC API's messages, and holds the error convention both ends
+// share: the trailer that names a ledger error's kind, and the gRPC code
+// each kind travels with. The server and the client SDK both use it, so
+// the SDK does not depend on the server, the ledger or the storage
+// backends behind them.
 package wire
 
 import (
@@ -13,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kiroku-db/kiroku/api"
-	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // ErrorKindKey is the trailer that carries the ledger's error kind.
@@ -65,13 +67,13 @@ func Code(kind string) codes.Code {
 }
 
 // RequestFromAPI converts a wire request.
-func RequestFromAPI(r *api.ExecuteRequest) *ledger.Request {
-	return &ledger.Request{Nonce: r.Nonce, ContractID: r.ContractId, Argument: r.Argument, Entity: r.Entity,
+func RequestFromAPI(r *api.ExecuteRequest) *proof.Request {
+	return &proof.Request{Nonce: r.Nonce, ContractID: r.ContractId, Argument: r.Argument, Entity: r.Entity,
 		KeyVersion: r.KeyVersion, Signature: r.Signature}
 }
 
 // RequestToAPI converts a request for the wire.
-func RequestToAPI(r *ledger.Request) *api.ExecuteRequest {
+func RequestToAPI(r *proof.Request) *api.ExecuteRequest {
 	return &api.ExecuteRequest{Nonce: r.Nonce, ContractId: r.ContractID, Argument: r.Argument, Entity: r.Entity,
 		KeyVersion: r.KeyVersion, Signature: r.Signature}
 }
@@ -89,7 +91,7 @@ func inputFromAPI(in []*api.InputEntry) (map[string]int64, error) {
 	m := make(map[string]int64, len(in))
 	for _, e := range in {
 		if _, dup := m[e.Id]; dup {
-			return nil, fmt.Errorf("%w: input names %s twice", ledger.ErrBadRequest, e.Id)
+			return nil, fmt.Errorf("%w: input names %s twice", proof.ErrBadRequest, e.Id)
 		}
 		m[e.Id] = e.Age
 	}
@@ -97,40 +99,40 @@ func inputFromAPI(in []*api.InputEntry) (map[string]int64, error) {
 }
 
 // ProofToAPI converts a proof for the wire.
-func ProofToAPI(p *ledger.Proof) *api.Proof {
+func ProofToAPI(p *proof.Proof) *api.Proof {
 	return &api.Proof{Id: p.ID, Age: p.Age, Nonce: p.Nonce, Input: inputToAPI(p.Input), Hash: p.Hash,
 		PrevHash: p.PrevHash, Signature: p.Signature}
 }
 
 // ProofFromAPI converts a wire proof.
-func ProofFromAPI(p *api.Proof) (*ledger.Proof, error) {
+func ProofFromAPI(p *api.Proof) (*proof.Proof, error) {
 	in, err := inputFromAPI(p.Input)
 	if err != nil {
 		return nil, err
 	}
-	return &ledger.Proof{ID: p.Id, Age: p.Age, Nonce: p.Nonce, Input: in, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}, nil
+	return &proof.Proof{ID: p.Id, Age: p.Age, Nonce: p.Nonce, Input: in, Hash: p.Hash, PrevHash: p.PrevHash, Signature: p.Signature}, nil
 }
 
 // VersionToAPI converts a version for the wire.
-func VersionToAPI(v *ledger.Version) *api.AssetVersion {
+func VersionToAPI(v *proof.Version) *api.AssetVersion {
 	return &api.AssetVersion{Id: v.ID, Age: v.Age, Input: inputToAPI(v.Input), Output: v.Output, ContractId: v.Contract,
 		Argument: v.Argument, Nonce: v.Nonce, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature,
 		PrevHash: v.PrevHash, Hash: v.Hash, ProofSignature: v.ProofSignature}
 }
 
 // VersionFromAPI converts a wire version.
-func VersionFromAPI(v *api.AssetVersion) (*ledger.Version, error) {
+func VersionFromAPI(v *api.AssetVersion) (*proof.Version, error) {
 	in, err := inputFromAPI(v.Input)
 	if err != nil {
 		return nil, err
 	}
-	return &ledger.Version{ID: v.Id, Age: v.Age, Input: in, Output: v.Output, Contract: v.ContractId, Argument: v.Argument,
+	return &proof.Version{ID: v.Id, Age: v.Age, Input: in, Output: v.Output, Contract: v.ContractId, Argument: v.Argument,
 		Nonce: v.Nonce, Entity: v.Entity, KeyVersion: v.KeyVersion, Signature: v.Signature, PrevHash: v.PrevHash,
 		Hash: v.Hash, ProofSignature: v.ProofSignature}, nil
 }
 
 // ResultToAPI converts an execution's result for the wire.
-func ResultToAPI(res *ledger.Result) *api.ExecuteReply {
+func ResultToAPI(res *proof.Result) *api.ExecuteReply {
 	out := &api.ExecuteReply{Nonce: res.Nonce, Result: res.Result, ContractId: res.Contract, Input: inputToAPI(res.Input),
 		Signature: res.Signature}
 	for i := range res.Proofs {
@@ -141,12 +143,12 @@ func ResultToAPI(res *ledger.Result) *api.ExecuteReply {
 
 // ResultFromAPI converts a wire result. The receipt's write set is the one
 // the proofs state.
-func ResultFromAPI(r *api.ExecuteReply) (*ledger.Result, error) {
+func ResultFromAPI(r *api.ExecuteReply) (*proof.Result, error) {
 	in, err := inputFromAPI(r.Input)
 	if err != nil {
 		return nil, err
 	}
-	res := &ledger.Result{Receipt: ledger.Receipt{Nonce: r.Nonce, Contract: r.ContractId, Input: in, Result: r.Result,
+	res := &proof.Result{Receipt: proof.Receipt{Nonce: r.Nonce, Contract: r.ContractId, Input: in, Result: r.Result,
 		Writes: make(map[string]int64, len(r.Proofs)), Signature: r.Signature}}
 	for _, p := range r.Proofs {
 		lp, err := ProofFromAPI(p)
@@ -154,7 +156,7 @@ func ResultFromAPI(r *api.ExecuteReply) (*ledger.Result, error) {
 			return nil, err
 		}
 		if _, dup := res.Writes[lp.ID]; dup {
-			return nil, fmt.Errorf("%w: two proofs for asset %s", ledger.ErrBadRequest, lp.ID)
+			return nil, fmt.Errorf("%w: two proofs for asset %s", proof.ErrBadRequest, lp.ID)
 		}
 		res.Writes[lp.ID] = lp.Age
 		res.Proofs = append(res.Proofs, *lp)
@@ -163,7 +165,7 @@ func ResultFromAPI(r *api.ExecuteReply) (*ledger.Result, error) {
 }
 
 // TxStateToAPI converts a transaction state for the wire.
-func TxStateToAPI(st *ledger.TxState) *api.TxState {
+func TxStateToAPI(st *proof.TxState) *api.TxState {
 	out := &api.TxState{Nonce: st.Nonce, Status: string(st.Status), Kind: st.Kind, Reason: st.Reason,
 		ContractId: st.Contract, Result: st.Result, Signature: st.Signature}
 	if st.Writes != nil {
@@ -176,8 +178,8 @@ func TxStateToAPI(st *ledger.TxState) *api.TxState {
 }
 
 // TxStateFromAPI converts a wire transaction state.
-func TxStateFromAPI(t *api.TxState) (*ledger.TxState, error) {
-	st := &ledger.TxState{Nonce: t.Nonce, Status: ledger.TxStatus(t.Status), Kind: t.Kind, Reason: t.Reason,
+func TxStateFromAPI(t *api.TxState) (*proof.TxState, error) {
+	st := &proof.TxState{Nonce: t.Nonce, Status: proof.TxStatus(t.Status), Kind: t.Kind, Reason: t.Reason,
 		Contract: t.ContractId, Result: t.Result, Signature: t.Signature}
 	var err error
 	if st.Writes, err = inputFromAPI(t.Writes); err != nil {

@@ -101,7 +101,7 @@ func TestVersionEncodedBound(t *testing.T) {
 		bound := 6 + 2 // the reply's limit and truncated flag (historyReplyOverhead)
 		for _, v := range vs[:n] {
 			reply.Versions = append(reply.Versions, VersionToAPI(v))
-			bound += v.EncodedBound()
+			bound += ledger.EncodedBound(v)
 		}
 		if size := proto.Size(reply); bound < size {
 			t.Errorf("%d versions: bound %d bytes, reply %d", n, bound, size)
