@@ -26,18 +26,30 @@ type Result = proof.Result
 // unknown contract, fail(), the step limit, a size limit — writes no asset
 // and records the nonce as aborted with the reason, so GetTxState answers
 // for it and the nonce cannot be used again.
+//
+// Execute is three steps, which an Auditor takes apart: VerifyRequest;
+// RunContract against the transaction's state; and the commit of the
+// versions NewVersions makes, with their proofs.
 func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
-	if err := checkRequest(req, l.lim); err != nil {
-		return nil, err
-	}
-	v, err := l.verifier(ctx, req.Entity, req.KeyVersion)
-	if err != nil {
-		return nil, err
-	}
-	if err := Verify(v, req, req.Signature); err != nil {
+	if err := l.VerifyRequest(ctx, req); err != nil {
 		return nil, err
 	}
 	return l.execute(ctx, req)
+}
+
+// VerifyRequest checks req's form against the ledger's limits and its
+// signature against the key its entity enrolled: the errors Execute
+// returns before running anything (ErrBadRequest, ErrUnknownEntity,
+// ErrBadSignature).
+func (l *Ledger) VerifyRequest(ctx context.Context, req *Request) error {
+	if err := checkRequest(req, l.lim); err != nil {
+		return err
+	}
+	v, err := l.verifier(ctx, req.Entity, req.KeyVersion)
+	if err != nil {
+		return err
+	}
+	return Verify(v, req, req.Signature)
 }
 
 // isExecutionFailure tells a request that ran and failed (its abort is
@@ -95,26 +107,138 @@ func (l *Ledger) execute(ctx context.Context, req *Request) (*Result, error) {
 // message (maxFailText) with the contract id and the kind's text before it.
 const maxReason = maxFailText + 256
 
-// head is the latest version of an asset as a transaction read it; age -1
-// when the asset has no version.
-type head struct {
-	age    int64
-	hash   []byte
-	output []byte
+// Head is the latest version of an asset as a run read it: Age -1 when
+// the asset has no version.
+type Head struct {
+	Age    int64
+	Hash   []byte
+	Output []byte
 }
 
-// txStore runs a contract against a storage transaction. The ledger keeps
-// its spent ones for reuse (Ledger.stores), maps and requests included:
-// begin and end empty what an attempt leaves. input alone is made anew,
-// since the result keeps it.
+// AssetSource is the state a contract runs against: the ledger's storage
+// transaction, or an Auditor's replica of the versions it validated.
+type AssetSource interface {
+	// Head returns the latest version of asset id.
+	Head(ctx context.Context, id string) (Head, error)
+	// Versions returns the versions of asset id that r selects, up to age
+	// head (its latest), at most r.Limit of them.
+	Versions(ctx context.Context, id string, head int64, r ScanRange) ([]AssetValue, error)
+}
+
+// Run is what a contract's run against an AssetSource did: its result, the
+// age of every asset it read (Input, -1 for one without a version), the
+// value of every asset it wrote, and the heads of the assets it read or
+// wrote as it found them.
+type Run struct {
+	Result []byte
+	Input  map[string]int64
+	Writes map[string][]byte
+	Heads  map[string]Head
+}
+
+// RunContract runs contract on argument against src, as the ledger runs a
+// request inside its transaction: the step an Auditor takes on its own
+// replica to learn what a request reads and writes, and what it should
+// return. Errors are the ledger's: a contract's failure carries a kind
+// (Kind), src's own failure is returned as it is.
+func RunContract(ctx context.Context, lim Limits, load func(id string) (Contract, error), src AssetSource, contract string, argument []byte) (*Run, error) {
+	lim = lim.withDefaults()
+	st := &runState{ctx: ctx, src: src, maxWrites: lim.MaxWrites, heads: map[string]Head{}, input: map[string]int64{}, writes: map[string][]byte{}}
+	out, err := runContract(ctx, lim, nil, load, st, contract, argument)
+	if err != nil {
+		return nil, err
+	}
+	return &Run{Result: out, Input: st.input, Writes: st.writes, Heads: st.heads}, nil
+}
+
+// NewVersions returns the hash-chained versions req's run writes, in id
+// order, unsigned: the versions the ledger commits for it, and the ones
+// an Auditor expects the ledger's proofs to name.
+func NewVersions(req *Request, run *Run) []*Version {
+	var out []*Version
+	var kb [8]string
+	for _, id := range appendSortedKeys(kb[:0], run.Writes) {
+		out = append(out, newVersion(req, id, run.Heads[id], run.Input, run.Writes[id]))
+	}
+	return out
+}
+
+func newVersion(req *Request, id string, h Head, input map[string]int64, output []byte) *Version {
+	v := &Version{ID: id, Age: h.Age + 1, Input: input, Output: output, Contract: req.ContractID,
+		Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity, KeyVersion: req.KeyVersion,
+		Signature: req.Signature, PrevHash: h.Hash}
+	v.Hash = v.ComputeHash()
+	return v
+}
+
+// runState is a contract's view of an AssetSource during one run: the
+// heads it read, once each, the ages it read and the values it wrote.
+type runState struct {
+	ctx       context.Context
+	src       AssetSource
+	maxWrites int
+	heads     map[string]Head
+	input     map[string]int64
+	writes    map[string][]byte
+}
+
+func (s *runState) head(id string) (Head, error) {
+	if h, ok := s.heads[id]; ok {
+		return h, nil
+	}
+	h, err := s.src.Head(s.ctx, id)
+	if err != nil {
+		return Head{}, err
+	}
+	s.heads[id] = h
+	return h, nil
+}
+
+func (s *runState) get(id string) (*AssetValue, error) {
+	h, err := s.head(id)
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := s.writes[id]; ok {
+		return &AssetValue{Age: h.Age + 1, Value: w}, nil
+	}
+	s.input[id] = h.Age
+	if h.Age < 0 {
+		return nil, nil
+	}
+	return &AssetValue{Age: h.Age, Value: h.Output}, nil
+}
+
+func (s *runState) put(id string, value []byte) error {
+	if _, err := s.head(id); err != nil {
+		return err
+	}
+	if _, ok := s.writes[id]; !ok && len(s.writes) >= s.maxWrites {
+		return fmt.Errorf("%w: more than %d assets written in one transaction", ErrTooLarge, s.maxWrites)
+	}
+	s.writes[id] = value
+	return nil
+}
+
+func (s *runState) scan(id string, r ScanRange) ([]AssetValue, error) {
+	h, err := s.head(id)
+	if err != nil {
+		return nil, err
+	}
+	s.input[id] = h.Age
+	return s.src.Versions(s.ctx, id, h.Age, r)
+}
+
+// txStore runs a contract against a storage transaction: it is the
+// AssetSource of its own runState. The ledger keeps its spent ones for
+// reuse (Ledger.stores), maps and requests included: begin and end empty
+// what an attempt leaves. input alone is made anew, since the result
+// keeps it.
 type txStore struct {
-	ctx    context.Context
-	tx     storage.Txn
-	l      *Ledger
-	heads  map[string]head
-	input  map[string]int64
-	writes map[string][]byte
-	req    *requests
+	runState
+	tx  storage.Txn
+	l   *Ledger
+	req *requests
 }
 
 // store returns a txStore for an execution, a spent one if there is one.
@@ -122,7 +246,9 @@ func (l *Ledger) store() *txStore {
 	if s, ok := l.stores.Get().(*txStore); ok {
 		return s
 	}
-	return &txStore{l: l, heads: map[string]head{}, writes: map[string][]byte{}, req: newRequests(l.ns)}
+	s := &txStore{l: l, req: newRequests(l.ns)}
+	s.runState = runState{src: s, maxWrites: l.lim.MaxWrites, heads: map[string]Head{}, writes: map[string][]byte{}}
+	return s
 }
 
 // begin readies s for an attempt in tx; end drops the heads it read and
@@ -139,59 +265,26 @@ func (s *txStore) end() {
 	clear(s.writes)
 }
 
-func (s *txStore) head(id string) (head, error) {
-	if h, ok := s.heads[id]; ok {
-		return h, nil
-	}
-	row, ok, err := s.tx.Get(s.ctx, s.req.headOf(id))
+// Head reads the heads row of asset id in the transaction.
+func (s *txStore) Head(ctx context.Context, id string) (Head, error) {
+	row, ok, err := s.tx.Get(ctx, s.req.headOf(id))
 	if err != nil {
-		return head{}, err
+		return Head{}, err
 	}
-	h := head{age: -1}
+	h := Head{Age: -1}
 	if ok {
 		rr := &rowReader{what: "head of " + id, r: row}
-		h = head{age: rr.bigint("age"), hash: rr.blob("hash"), output: []byte(rr.text("output"))}
+		h = Head{Age: rr.bigint("age"), Hash: rr.blob("hash"), Output: []byte(rr.text("output"))}
 		if rr.err != nil {
-			return head{}, rr.err
+			return Head{}, rr.err
 		}
 	}
-	s.heads[id] = h
 	return h, nil
 }
 
-func (s *txStore) get(id string) (*AssetValue, error) {
-	h, err := s.head(id)
-	if err != nil {
-		return nil, err
-	}
-	if w, ok := s.writes[id]; ok {
-		return &AssetValue{Age: h.age + 1, Value: w}, nil
-	}
-	s.input[id] = h.age
-	if h.age < 0 {
-		return nil, nil
-	}
-	return &AssetValue{Age: h.age, Value: h.output}, nil
-}
-
-func (s *txStore) put(id string, value []byte) error {
-	if _, err := s.head(id); err != nil {
-		return err
-	}
-	if _, ok := s.writes[id]; !ok && len(s.writes) >= s.l.lim.MaxWrites {
-		return fmt.Errorf("%w: more than %d assets written in one transaction", ErrTooLarge, s.l.lim.MaxWrites)
-	}
-	s.writes[id] = value
-	return nil
-}
-
-func (s *txStore) scan(id string, r ScanRange) ([]AssetValue, error) {
-	h, err := s.head(id)
-	if err != nil {
-		return nil, err
-	}
-	s.input[id] = h.age
-	return s.l.scanVersions(s.ctx, s.tx, id, h.age, r)
+// Versions scans asset id's versions in the transaction.
+func (s *txStore) Versions(ctx context.Context, id string, head int64, r ScanRange) ([]AssetValue, error) {
+	return s.l.scanVersions(ctx, s.tx, id, head, r)
 }
 
 // checkReply refuses, before anything is written, a transaction whose
@@ -262,11 +355,7 @@ func (s *txStore) commit(req *Request, result []byte) (*Result, error) {
 	writes := make(map[string]int64, len(s.writes))
 	var kb [8]string
 	for _, id := range appendSortedKeys(kb[:0], s.writes) {
-		h := s.heads[id]
-		v := &Version{ID: id, Age: h.age + 1, Input: s.input, Output: s.writes[id], Contract: req.ContractID,
-			Argument: req.Argument, Nonce: req.Nonce, Entity: req.Entity, KeyVersion: req.KeyVersion,
-			Signature: req.Signature, PrevHash: h.hash}
-		v.Hash = v.ComputeHash()
+		v := newVersion(req, id, s.heads[id], s.input, s.writes[id])
 		p := v.Proof()
 		sig, err := Sign(s.l.cfg.Signer, &p)
 		if err != nil {
