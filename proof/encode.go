@@ -16,6 +16,8 @@ const (
 	tagRequest  = "kiroku/request/v1"
 	tagContract = "kiroku/contract/v1"
 	tagReceipt  = "kiroku/receipt/v1"
+	tagOrder    = "kiroku/order-token/v1"
+	tagApproval = "kiroku/approval/v1"
 )
 
 // enc builds the length-prefixed encodings of ledger/FORMAT.md.

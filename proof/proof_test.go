@@ -90,3 +90,42 @@ func TestSignVerify(t *testing.T) {
 		t.Error("a committed state's receipt does not verify")
 	}
 }
+
+// TestAuditorRecords: an order token and an approval verify, name exactly
+// the request and receipt they were made for, and cannot pass for each
+// other or for the ledger's records.
+func TestAuditorRecords(t *testing.T) {
+	s, _ := auth.NewHMACSigner(bytes.Repeat([]byte{9}, 32))
+	v, _ := auth.NewHMACVerifier(bytes.Repeat([]byte{9}, 32))
+	req := &proof.Request{Nonce: "n", ContractID: "c", Argument: []byte(`{}`), Entity: "e", KeyVersion: 1, Signature: []byte("sig")}
+	other := *req
+	other.Argument = []byte(`{"x":1}`)
+	resigned := *req
+	resigned.Signature = []byte("gis")
+	d := proof.RequestDigest(req)
+	if bytes.Equal(d, proof.RequestDigest(&other)) || bytes.Equal(d, proof.RequestDigest(&resigned)) {
+		t.Fatal("two requests have one digest")
+	}
+	tok := &proof.OrderToken{Nonce: "n", Digest: d, Deadline: 1234}
+	sig, err := proof.Sign(s, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proof.Verify(v, tok, sig); err != nil {
+		t.Fatal(err)
+	}
+	later := *tok
+	later.Deadline++
+	rc := &proof.Receipt{Nonce: "n", Contract: "c", Result: []byte(`1`), Signature: []byte("ledger")}
+	ap := &proof.Approval{Nonce: "n", Digest: proof.ReceiptDigest(rc)}
+	for _, x := range []proof.Signed{&later, ap, req, rc} {
+		if err := proof.Verify(v, x, sig); !errors.Is(err, proof.ErrBadSignature) {
+			t.Errorf("a token's signature verifies for %#v: %v", x, err)
+		}
+	}
+	forged := *rc
+	forged.Result = []byte(`2`)
+	if bytes.Equal(ap.Digest, proof.ReceiptDigest(&forged)) {
+		t.Fatal("an approval's digest names a receipt with another result")
+	}
+}
