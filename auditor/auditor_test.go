@@ -1,0 +1,279 @@
+package auditor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kiroku-db/kiroku/auth"
+	"github.com/kiroku-db/kiroku/engine"
+	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
+)
+
+const transfer = `
+def invoke(ledger, args):
+    a = ledger.get(args["from"])
+    b = ledger.get(args["to"])
+    av = 100 if a == None else a["value"]
+    bv = 100 if b == None else b["value"]
+    ledger.put(args["from"], av - args["n"])
+    ledger.put(args["to"], bv + args["n"])
+    return {"from": av - args["n"], "to": bv + args["n"]}
+`
+
+// domains is a ledger and an Auditor, each on its own engine with its own
+// key, and one HMAC client enrolled in both.
+type domains struct {
+	t         *testing.T
+	ledger    *ledger.Ledger
+	ledgerKey auth.Signer
+	aud       *Auditor
+	audKey    auth.Verifier
+	client    auth.Signer
+	now       time.Time
+	seq       int
+}
+
+func newDomains(t *testing.T) *domains {
+	t.Helper()
+	ctx := context.Background()
+	open := func(signer auth.Signer, verifier auth.Verifier) *ledger.Ledger {
+		db, err := engine.Open(engine.Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		box, _ := auth.NewSecretBox(bytes.Repeat([]byte{3}, 32))
+		l, err := ledger.Open(ctx, ledger.Config{Backend: db, Signer: signer, ProofVerifier: verifier, Secrets: box})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	key := func() (auth.Signer, auth.Verifier) {
+		k := make([]byte, 32)
+		rand.Read(k)
+		s, _ := auth.NewHMACSigner(k)
+		v, _ := auth.NewHMACVerifier(k)
+		return s, v
+	}
+	ls, lv := key()
+	as, av := key()
+	d := &domains{t: t, ledgerKey: ls, audKey: av, now: time.Unix(1_000_000, 0)}
+	d.ledger = open(ls, lv)
+	replica := open(ls, lv) // the replica holds the ledger's versions: its proofs verify with the ledger's key
+	var err error
+	d.aud, err = New(Config{Replica: replica, Signer: as, LedgerKey: lv, Ledger: d.ledger, Lease: 5 * time.Second,
+		Now: func() time.Time { return d.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := bytes.Repeat([]byte{7}, 32)
+	d.client, _ = auth.NewHMACSigner(secret)
+	for _, l := range []*ledger.Ledger{d.ledger, replica} {
+		if err := l.RegisterSecret(ctx, "alice", 1, secret); err != nil {
+			t.Fatal(err)
+		}
+		reg := &ledger.ContractRegistration{ID: "transfer", Source: []byte(transfer), Entity: "alice", KeyVersion: 1}
+		reg.Signature, _ = d.client.Sign(reg.SigningBytes())
+		if err := l.RegisterContract(ctx, reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func (d *domains) request(from, to string, n int) *proof.Request {
+	d.seq++
+	r := &proof.Request{Nonce: fmt.Sprintf("n%d", d.seq), ContractID: "transfer", Entity: "alice", KeyVersion: 1,
+		Argument: []byte(fmt.Sprintf(`{"from":%q,"n":%d,"to":%q}`, from, n, to))}
+	r.Signature, _ = d.client.Sign(r.SigningBytes())
+	return r
+}
+
+// run takes req through the three phases and returns the approval.
+func (d *domains) run(req *proof.Request) (*proof.Approval, *proof.Result, error) {
+	ctx := context.Background()
+	tok, err := d.aud.Order(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := proof.Verify(d.audKey, tok, tok.Signature); err != nil || !bytes.Equal(tok.Digest, proof.RequestDigest(req)) {
+		d.t.Fatalf("token does not verify or name the request: %v", err)
+	}
+	res, err := d.ledger.Execute(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	ap, err := d.aud.Validate(ctx, req, res)
+	return ap, res, err
+}
+
+// TestHonest: requests taken through the three phases are approved, the
+// approvals verify with the Auditor's key and name the receipts, and the
+// replica ends with the ledger's history.
+func TestHonest(t *testing.T) {
+	d := newDomains(t)
+	for i := range 10 {
+		req := d.request(fmt.Sprintf("a%d", i%3), fmt.Sprintf("a%d", (i+1)%3), i)
+		ap, res, err := d.run(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proof.Verify(d.audKey, ap, ap.Signature); err != nil || !bytes.Equal(ap.Digest, proof.ReceiptDigest(&res.Receipt)) {
+			t.Fatalf("approval: %v", err)
+		}
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		id := fmt.Sprintf("a%d", i)
+		want, err := d.ledger.Latest(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.aud.cfg.Replica.Latest(ctx, id)
+		if err != nil || got != want {
+			t.Fatalf("replica %s at %d (%v), ledger at %d", id, got, err, want)
+		}
+		v, err := d.aud.cfg.Replica.ValidateLedger(ctx, id, 0, -1)
+		if err != nil || v.Fault != nil {
+			t.Fatalf("validate-ledger on the replica: %+v %v", v, err)
+		}
+	}
+	if d.aud.Pending() != 0 || d.aud.locks.size() != 0 {
+		t.Fatalf("%d orders, %d lock holders left", d.aud.Pending(), d.aud.locks.size())
+	}
+}
+
+// TestOrdering: a request that conflicts with an ordered one waits for its
+// validation; one on other assets does not.
+func TestOrdering(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	first := d.request("x", "y", 1)
+	if _, err := d.aud.Order(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := d.aud.Order(short, d.request("y", "z", 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a conflicting request was ordered beside the first: %v", err)
+	}
+	if _, err := d.aud.Order(ctx, d.request("p", "q", 1)); err != nil {
+		t.Fatalf("a request on other assets: %v", err)
+	}
+	waiting := make(chan error, 1)
+	second := d.request("y", "z", 2)
+	go func() {
+		_, err := d.aud.Order(ctx, second)
+		waiting <- err
+	}()
+	res, err := d.ledger.Execute(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.aud.Validate(ctx, first, res); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+	// The second ran on the first's outcome: y was 101 before it.
+	res, err = d.ledger.Execute(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.aud.Validate(ctx, second, res); err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	if string(res.Result) != `{"from":99,"to":102}` {
+		t.Fatalf("second's result %s", res.Result)
+	}
+}
+
+// TestFaults: a ledger that returns another result, reads or writes other
+// versions, or signs with another key is caught at Validation, with the
+// check named, and the replica does not take its versions.
+func TestFaults(t *testing.T) {
+	ctx := context.Background()
+	otherKey, _ := auth.NewHMACSigner(bytes.Repeat([]byte{9}, 32))
+	for _, c := range []struct {
+		check  string
+		tamper func(d *domains, res *proof.Result)
+	}{
+		{"result", func(d *domains, res *proof.Result) { res.Result = []byte(`{"from":0,"to":0}`) }},
+		{"input", func(d *domains, res *proof.Result) { res.Input["x"] = 5 }},
+		{"hash", func(d *domains, res *proof.Result) { res.Proofs[0].Hash = bytes.Repeat([]byte{1}, 32) }},
+		{"version", func(d *domains, res *proof.Result) { res.Proofs[0].Age++; res.Writes[res.Proofs[0].ID]++ }},
+		{"signature", func(d *domains, res *proof.Result) { res.Signature, _ = proof.Sign(otherKey, &res.Receipt) }},
+	} {
+		t.Run(c.check, func(t *testing.T) {
+			d := newDomains(t)
+			req := d.request("x", "y", 1)
+			if _, err := d.aud.Order(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			res, err := d.ledger.Execute(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.tamper(d, res)
+			if c.check != "signature" {
+				// A Byzantine ledger signs what it returns.
+				for i := range res.Proofs {
+					res.Proofs[i].Signature, _ = proof.Sign(d.ledgerKey, &res.Proofs[i])
+				}
+				res.Signature, _ = proof.Sign(d.ledgerKey, &res.Receipt)
+			}
+			_, err = d.aud.Validate(ctx, req, res)
+			var f *ByzantineFault
+			if !errors.As(err, &f) || f.Check != c.check || !errors.Is(err, ErrByzantineFault) {
+				t.Fatalf("validation of a tampered result: %v, want a %s fault", err, c.check)
+			}
+			if age, _ := d.aud.cfg.Replica.Latest(ctx, "x"); age != -1 {
+				t.Fatalf("the replica took a version of a faulty transaction: x@%d", age)
+			}
+		})
+	}
+}
+
+// TestLeaseRecovery: an ordered request whose client vanished is settled
+// when its lease runs out — aborted on the ledger if it never ran there,
+// so that it never can, or validated from the ledger if it committed —
+// and the locks go to the next request.
+func TestLeaseRecovery(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	lost := d.request("x", "y", 1) // ordered, never sent to the ledger
+	if _, err := d.aud.Order(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	committed := d.request("p", "q", 1) // ordered and committed, never validated
+	if _, err := d.aud.Order(ctx, committed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ledger.Execute(ctx, committed); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.aud.Recover(ctx); n != 0 || err != nil {
+		t.Fatalf("recovered %d (%v) before any lease ran out", n, err)
+	}
+	d.now = d.now.Add(6 * time.Second)
+	if n, err := d.aud.Recover(ctx); n != 2 || err != nil {
+		t.Fatalf("recovered %d: %v", n, err)
+	}
+	if _, err := d.ledger.Execute(ctx, lost); !errors.Is(err, ledger.ErrNonceReused) {
+		t.Fatalf("the lost request ran on the ledger after its order was settled: %v", err)
+	}
+	if age, _ := d.aud.cfg.Replica.Latest(ctx, "q"); age != 0 {
+		t.Fatalf("the committed request was not validated into the replica: q@%d", age)
+	}
+	if _, _, err := d.run(d.request("y", "q", 1)); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
