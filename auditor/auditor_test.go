@@ -42,14 +42,16 @@ type domains struct {
 func newDomains(t *testing.T) *domains {
 	t.Helper()
 	ctx := context.Background()
-	open := func(signer auth.Signer, verifier auth.Verifier) *ledger.Ledger {
+	var d *domains
+	open := func(signer auth.Signer, verifier, auditor auth.Verifier) *ledger.Ledger {
 		db, err := engine.Open(engine.Config{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
 		box, _ := auth.NewSecretBox(bytes.Repeat([]byte{3}, 32))
-		l, err := ledger.Open(ctx, ledger.Config{Backend: db, Signer: signer, ProofVerifier: verifier, Secrets: box})
+		l, err := ledger.Open(ctx, ledger.Config{Backend: db, Signer: signer, ProofVerifier: verifier, Secrets: box,
+			Auditor: auditor, Now: func() time.Time { return d.now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,9 +66,9 @@ func newDomains(t *testing.T) *domains {
 	}
 	ls, lv := key()
 	as, av := key()
-	d := &domains{t: t, ledgerKey: ls, audKey: av, now: time.Unix(1_000_000, 0)}
-	d.ledger = open(ls, lv)
-	replica := open(ls, lv) // the replica holds the ledger's versions: its proofs verify with the ledger's key
+	d = &domains{t: t, ledgerKey: ls, audKey: av, now: time.Unix(1_000_000, 0)}
+	d.ledger = open(ls, lv, av)
+	replica := open(ls, lv, nil) // the replica holds the ledger's versions: its proofs verify with the ledger's key
 	var err error
 	d.aud, err = New(Config{Replica: replica, Signer: as, LedgerKey: lv, Ledger: d.ledger, Lease: 5 * time.Second,
 		Now: func() time.Time { return d.now }})
@@ -106,7 +108,7 @@ func (d *domains) run(req *proof.Request) (*proof.Approval, *proof.Result, error
 	if err := proof.Verify(d.audKey, tok, tok.Signature); err != nil || !bytes.Equal(tok.Digest, proof.RequestDigest(req)) {
 		d.t.Fatalf("token does not verify or name the request: %v", err)
 	}
-	res, err := d.ledger.Execute(ctx, req)
+	res, err := d.ledger.ExecuteOrdered(ctx, req, tok)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,7 +158,8 @@ func TestOrdering(t *testing.T) {
 	d := newDomains(t)
 	ctx := context.Background()
 	first := d.request("x", "y", 1)
-	if _, err := d.aud.Order(ctx, first); err != nil {
+	tok1, err := d.aud.Order(ctx, first)
+	if err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -169,11 +172,13 @@ func TestOrdering(t *testing.T) {
 	}
 	waiting := make(chan error, 1)
 	second := d.request("y", "z", 2)
+	var tok2 *proof.OrderToken
 	go func() {
-		_, err := d.aud.Order(ctx, second)
+		var err error
+		tok2, err = d.aud.Order(ctx, second)
 		waiting <- err
 	}()
-	res, err := d.ledger.Execute(ctx, first)
+	res, err := d.ledger.ExecuteOrdered(ctx, first, tok1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +189,7 @@ func TestOrdering(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second ran on the first's outcome: y was 101 before it.
-	res, err = d.ledger.Execute(ctx, second)
+	res, err = d.ledger.ExecuteOrdered(ctx, second, tok2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +220,11 @@ func TestFaults(t *testing.T) {
 		t.Run(c.check, func(t *testing.T) {
 			d := newDomains(t)
 			req := d.request("x", "y", 1)
-			if _, err := d.aud.Order(ctx, req); err != nil {
+			tok, err := d.aud.Order(ctx, req)
+			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := d.ledger.Execute(ctx, req)
+			res, err := d.ledger.ExecuteOrdered(ctx, req, tok)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,14 +256,16 @@ func TestLeaseRecovery(t *testing.T) {
 	d := newDomains(t)
 	ctx := context.Background()
 	lost := d.request("x", "y", 1) // ordered, never sent to the ledger
-	if _, err := d.aud.Order(ctx, lost); err != nil {
+	lostTok, err := d.aud.Order(ctx, lost)
+	if err != nil {
 		t.Fatal(err)
 	}
 	committed := d.request("p", "q", 1) // ordered and committed, never validated
-	if _, err := d.aud.Order(ctx, committed); err != nil {
+	tok, err := d.aud.Order(ctx, committed)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.ledger.Execute(ctx, committed); err != nil {
+	if _, err := d.ledger.ExecuteOrdered(ctx, committed, tok); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := d.aud.Recover(ctx); n != 0 || err != nil {
@@ -267,13 +275,55 @@ func TestLeaseRecovery(t *testing.T) {
 	if n, err := d.aud.Recover(ctx); n != 2 || err != nil {
 		t.Fatalf("recovered %d: %v", n, err)
 	}
-	if _, err := d.ledger.Execute(ctx, lost); !errors.Is(err, ledger.ErrNonceReused) {
+	// Its token has expired; and were the ledger's clock behind, the
+	// nonce is recorded as aborted.
+	if _, err := d.ledger.ExecuteOrdered(ctx, lost, lostTok); !errors.Is(err, ledger.ErrOrderToken) {
+		t.Fatalf("the lost request ran on the ledger with an expired token: %v", err)
+	}
+	d.now = d.now.Add(-6 * time.Second)
+	if _, err := d.ledger.ExecuteOrdered(ctx, lost, lostTok); !errors.Is(err, ledger.ErrNonceReused) {
 		t.Fatalf("the lost request ran on the ledger after its order was settled: %v", err)
 	}
+	d.now = d.now.Add(6 * time.Second)
 	if age, _ := d.aud.cfg.Replica.Latest(ctx, "q"); age != 0 {
 		t.Fatalf("the committed request was not validated into the replica: q@%d", age)
 	}
 	if _, _, err := d.run(d.request("y", "q", 1)); err != nil {
 		t.Fatalf("after recovery: %v", err)
+	}
+}
+
+// TestTokens: a ledger with an Auditor runs nothing without the Auditor's
+// token for exactly that request, signed with its key and unexpired.
+func TestTokens(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	req := d.request("x", "y", 1)
+	tok, err := d.aud.Order(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := d.request("x", "y", 2)
+	forged := *tok
+	forged.Signature, _ = proof.Sign(d.ledgerKey, &forged)
+	late := *tok
+	late.Deadline = d.now.UnixMilli() - 1
+	late.Signature, _ = proof.Sign(d.aud.cfg.Signer, &late)
+	for name, c := range map[string]struct {
+		req *proof.Request
+		tok *proof.OrderToken
+	}{"none": {req, nil}, "another request's": {other, tok}, "forged": {req, &forged}, "expired": {req, &late}} {
+		if _, err := d.ledger.ExecuteOrdered(ctx, c.req, c.tok); !errors.Is(err, ledger.ErrOrderToken) {
+			t.Errorf("%s token: %v, want ErrOrderToken", name, err)
+		}
+	}
+	if _, err := d.ledger.Execute(ctx, req); !errors.Is(err, ledger.ErrOrderToken) {
+		t.Errorf("Execute on a ledger with an Auditor: %v", err)
+	}
+	if st, _ := d.ledger.TxState(ctx, req.Nonce); st.Status != ledger.TxUnknown {
+		t.Fatalf("a refused request left state %s", st.Status)
+	}
+	if _, err := d.ledger.ExecuteOrdered(ctx, req, tok); err != nil {
+		t.Fatalf("with its token: %v", err)
 	}
 }

@@ -34,6 +34,9 @@ var (
 
 	// The server.
 	ErrOverloaded = proof.ErrOverloaded
+
+	// A ledger with an Auditor (Config.Auditor).
+	ErrOrderToken = proof.ErrOrderToken
 )
 
 // Kind returns the wire name of the sentinel err wraps, or "" if none

@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
@@ -31,10 +33,43 @@ type Result = proof.Result
 // RunContract against the transaction's state; and the commit of the
 // versions NewVersions makes, with their proofs.
 func (l *Ledger) Execute(ctx context.Context, req *Request) (*Result, error) {
+	if l.cfg.Auditor != nil {
+		return nil, fmt.Errorf("%w: this ledger runs requests the Auditor ordered only", ErrOrderToken)
+	}
 	if err := l.VerifyRequest(ctx, req); err != nil {
 		return nil, err
 	}
 	return l.execute(ctx, req)
+}
+
+// ExecuteOrdered is Execute for a ledger with an Auditor (Config.Auditor):
+// it runs req only if tok is the Auditor's signed token for exactly req
+// and its deadline has not passed; otherwise ErrOrderToken, and nothing
+// changes. A ledger without an Auditor ignores tok.
+func (l *Ledger) ExecuteOrdered(ctx context.Context, req *Request, tok *proof.OrderToken) (*Result, error) {
+	if err := l.VerifyRequest(ctx, req); err != nil {
+		return nil, err
+	}
+	if l.cfg.Auditor != nil {
+		switch {
+		case tok == nil:
+			return nil, fmt.Errorf("%w: the request carries none", ErrOrderToken)
+		case tok.Nonce != req.Nonce || !bytes.Equal(tok.Digest, proof.RequestDigest(req)):
+			return nil, fmt.Errorf("%w: the token names another request", ErrOrderToken)
+		case proof.Verify(l.cfg.Auditor, tok, tok.Signature) != nil:
+			return nil, fmt.Errorf("%w: the token's signature does not verify with the Auditor's key", ErrOrderToken)
+		case l.now().UnixMilli() > tok.Deadline:
+			return nil, fmt.Errorf("%w: the token expired at %s", ErrOrderToken, time.UnixMilli(tok.Deadline).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	return l.execute(ctx, req)
+}
+
+func (l *Ledger) now() time.Time {
+	if l.cfg.Now != nil {
+		return l.cfg.Now()
+	}
+	return time.Now()
 }
 
 // VerifyRequest checks req's form against the ledger's limits and its

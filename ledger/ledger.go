@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/proof"
@@ -35,6 +36,14 @@ type Config struct {
 	Limits Limits
 	// Retry bounds the retries of a conflicting transaction.
 	Retry storage.RetryPolicy
+	// Auditor, if set, is the key of the Auditor this ledger runs with:
+	// Execute then refuses every request (ErrOrderToken), and
+	// ExecuteOrdered runs one only with the Auditor's valid, unexpired
+	// order token for it (package auditor).
+	Auditor auth.Verifier
+	// Now is the clock order tokens' deadlines are checked against; nil
+	// means time.Now.
+	Now func() time.Time
 }
 
 // Ledger runs contracts as strictly serializable transactions on a storage

@@ -39,6 +39,10 @@ var (
 	// The server. ErrOverloaded is no fault of the request: no abort is
 	// recorded, so the same request (nonce) can be sent again.
 	ErrOverloaded = errors.New("too many contracts running; try again") // no room under Limits.MaxConcurrentExecutions or MaxTotalMemoryBytes in time
+
+	// A ledger with an Auditor runs a request only with the Auditor's
+	// valid, unexpired order token for exactly that request.
+	ErrOrderToken = errors.New("no valid order token from the auditor")
 )
 
 // kinds names every sentinel for the wire. The names are part of the API:
@@ -66,6 +70,7 @@ var kinds = []struct {
 	{"registration_disabled", ErrRegistrationDisabled},
 	{"not_found", ErrNotFound},
 	{"overloaded", ErrOverloaded},
+	{"order_token", ErrOrderToken},
 }
 
 // Kind returns the wire name of the sentinel err wraps, or "" if none.

@@ -58,7 +58,7 @@ func Code(kind string) codes.Code {
 		return codes.NotFound
 	case "contract_failed", "step_limit", "memory_limit", "time_limit", "call_depth":
 		return codes.FailedPrecondition
-	case "registration_disabled":
+	case "registration_disabled", "order_token":
 		return codes.PermissionDenied
 	case "overloaded":
 		return codes.Unavailable
