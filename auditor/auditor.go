@@ -13,6 +13,7 @@ import (
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/proof"
+	"github.com/kiroku-db/kiroku/storage"
 )
 
 // Config configures an Auditor.
@@ -21,6 +22,11 @@ type Config struct {
 	// identities and contracts enrolled with the Auditor, and the versions
 	// it validated. Nothing else may write to it.
 	Replica *ledger.Ledger
+	// DB is the Replica's database: the Auditor keeps its orders there
+	// too, in Namespace ("" means "auditor"), so that a restart finds the
+	// requests it ordered and did not settle.
+	DB        storage.Backend
+	Namespace string
 	// Signer is the Auditor's key: it signs order tokens and approvals.
 	Signer auth.Signer
 	// LedgerKey verifies the ledger's proofs and receipts.
@@ -91,10 +97,13 @@ type order struct {
 	token    *proof.OrderToken
 }
 
-// New returns an Auditor.
-func New(cfg Config) (*Auditor, error) {
-	if cfg.Replica == nil || cfg.Signer == nil || cfg.LedgerKey == nil {
-		return nil, errors.New("auditor: Config needs Replica, Signer and LedgerKey")
+// Open returns an Auditor. It creates its orders table if missing, and
+// takes up the requests it ordered before a restart and did not settle:
+// each holds its locks again until its validation, or its recovery once
+// the token's deadline passed.
+func Open(ctx context.Context, cfg Config) (*Auditor, error) {
+	if cfg.Replica == nil || cfg.DB == nil || cfg.Signer == nil || cfg.LedgerKey == nil {
+		return nil, errors.New("auditor: Config needs Replica, DB, Signer and LedgerKey")
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 10 * time.Second
@@ -102,7 +111,17 @@ func New(cfg Config) (*Auditor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Auditor{cfg: cfg, locks: newLockTable(cfg.Now), order: map[string]*order{}}, nil
+	if cfg.Namespace == "" {
+		cfg.Namespace = "auditor"
+	}
+	a := &Auditor{cfg: cfg, locks: newLockTable(cfg.Now), order: map[string]*order{}}
+	if err := storage.EnsureTables(ctx, cfg.DB, cfg.Namespace, []*storage.Table{ordersTable(cfg.Namespace)}); err != nil {
+		return nil, fmt.Errorf("auditor: %w", err)
+	}
+	if err := a.reload(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // maxOrderRuns bounds the runs of one Ordering: a request whose assets
@@ -183,8 +202,15 @@ func (a *Auditor) Order(ctx context.Context, req *proof.Request) (*proof.OrderTo
 		return nil, err
 	}
 	tok.Signature = sig
+	o := &order{req: req, digest: digest, run: run, versions: ledger.NewVersions(req, run), token: tok}
+	// Durable before the token leaves: a restarted Auditor must still
+	// hold the locks of every request that may run on the ledger.
+	if err := a.cfg.DB.Put(ctx, orderPut(a.cfg.Namespace, o)); err != nil {
+		a.locks.release(req.Nonce)
+		return nil, fmt.Errorf("auditor: recording the order of %s: %w", req.Nonce, err)
+	}
 	a.mu.Lock()
-	a.order[req.Nonce] = &order{req: req, digest: digest, run: run, versions: ledger.NewVersions(req, run), token: tok}
+	a.order[req.Nonce] = o
 	a.mu.Unlock()
 	return tok, nil
 }
@@ -254,10 +280,9 @@ func (a *Auditor) settle(ctx context.Context, o *order, res *proof.Result) (*pro
 			return nil, fmt.Errorf("auditor: recording %s: %w", o.req.Nonce, err)
 		}
 	}
-	a.mu.Lock()
-	delete(a.order, o.req.Nonce)
-	a.mu.Unlock()
-	a.locks.release(o.req.Nonce)
+	if err := a.forget(ctx, o); err != nil {
+		return nil, err
+	}
 	if fault != nil {
 		return nil, fault
 	}
@@ -356,11 +381,7 @@ func (a *Auditor) recoverOne(ctx context.Context, o *order) error {
 	}
 	if st.Status != ledger.TxCommitted {
 		// It can no longer run: the next request may have its assets.
-		a.mu.Lock()
-		delete(a.order, o.req.Nonce)
-		a.mu.Unlock()
-		a.locks.release(o.req.Nonce)
-		return nil
+		return a.forget(ctx, o)
 	}
 	res := &proof.Result{Receipt: st.Receipt()}
 	for _, id := range slices.Sorted(maps.Keys(st.Writes)) {
@@ -379,4 +400,16 @@ func (a *Auditor) Pending() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.order)
+}
+
+// forget ends a settled order: its row, then its locks.
+func (a *Auditor) forget(ctx context.Context, o *order) error {
+	if err := a.cfg.DB.Delete(ctx, orderDelete(a.cfg.Namespace, o.req.Nonce)); err != nil {
+		return fmt.Errorf("auditor: settling %s: %w", o.req.Nonce, err)
+	}
+	a.mu.Lock()
+	delete(a.order, o.req.Nonce)
+	a.mu.Unlock()
+	a.locks.release(o.req.Nonce)
+	return nil
 }

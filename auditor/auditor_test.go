@@ -34,6 +34,7 @@ type domains struct {
 	ledgerKey auth.Signer
 	aud       *Auditor
 	audKey    auth.Verifier
+	cfg       Config
 	client    auth.Signer
 	now       time.Time
 	seq       int
@@ -43,14 +44,16 @@ func newDomains(t *testing.T) *domains {
 	t.Helper()
 	ctx := context.Background()
 	var d *domains
+	var db *engine.DB
 	open := func(signer auth.Signer, verifier, auditor auth.Verifier) *ledger.Ledger {
-		db, err := engine.Open(engine.Config{Dir: t.TempDir()})
+		edb, err := engine.Open(engine.Config{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { db.Close() })
+		t.Cleanup(func() { edb.Close() })
+		db = edb
 		box, _ := auth.NewSecretBox(bytes.Repeat([]byte{3}, 32))
-		l, err := ledger.Open(ctx, ledger.Config{Backend: db, Signer: signer, ProofVerifier: verifier, Secrets: box,
+		l, err := ledger.Open(ctx, ledger.Config{Backend: edb, Signer: signer, ProofVerifier: verifier, Secrets: box,
 			Auditor: auditor, Now: func() time.Time { return d.now }})
 		if err != nil {
 			t.Fatal(err)
@@ -69,9 +72,10 @@ func newDomains(t *testing.T) *domains {
 	d = &domains{t: t, ledgerKey: ls, audKey: av, now: time.Unix(1_000_000, 0)}
 	d.ledger = open(ls, lv, av)
 	replica := open(ls, lv, nil) // the replica holds the ledger's versions: its proofs verify with the ledger's key
+	d.cfg = Config{Replica: replica, DB: db, Signer: as, LedgerKey: lv, Ledger: d.ledger, Lease: 5 * time.Second,
+		Now: func() time.Time { return d.now }}
 	var err error
-	d.aud, err = New(Config{Replica: replica, Signer: as, LedgerKey: lv, Ledger: d.ledger, Lease: 5 * time.Second,
-		Now: func() time.Time { return d.now }})
+	d.aud, err = Open(ctx, d.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,5 +329,44 @@ func TestTokens(t *testing.T) {
 	}
 	if _, err := d.ledger.ExecuteOrdered(ctx, req, tok); err != nil {
 		t.Fatalf("with its token: %v", err)
+	}
+}
+
+// TestRestart: an Auditor opened again takes up the orders it gave and
+// did not settle — their locks hold, their tokens still run on the ledger
+// and validate — and forgets the ones it settled.
+func TestRestart(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	done := d.request("a", "b", 1)
+	if _, _, err := d.run(done); err != nil {
+		t.Fatal(err)
+	}
+	open := d.request("b", "c", 1)
+	tok, err := d.aud.Order(ctx, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(ctx, d.cfg) // the same database: a restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Pending() != 1 || !again.locks.holds(open.Nonce) {
+		t.Fatalf("after a restart: %d orders, locks held %v", again.Pending(), again.locks.holds(open.Nonce))
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := again.Order(short, d.request("c", "d", 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request conflicting with a reloaded order was ordered: %v", err)
+	}
+	res, err := d.ledger.ExecuteOrdered(ctx, open, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Validate(ctx, open, res); err != nil {
+		t.Fatalf("validating a reloaded order: %v", err)
+	}
+	if third, err := Open(ctx, d.cfg); err != nil || third.Pending() != 0 {
+		t.Fatalf("after everything was settled a restart finds %d orders (%v)", third.Pending(), err)
 	}
 }
