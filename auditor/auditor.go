@@ -52,32 +52,20 @@ type LedgerView interface {
 	AbortNonce(ctx context.Context, nonce, reason string) (*proof.TxState, error)
 }
 
-// ErrByzantineFault is the cause of every ByzantineFault.
-var ErrByzantineFault = errors.New("auditor: Byzantine fault")
+// ErrByzantineFault is the cause of every ByzantineFault
+// (proof.ErrByzantineFault, kind byzantine_fault on the wire).
+var ErrByzantineFault = proof.ErrByzantineFault
 
 // ErrNotOrdered is the error of a validation of a request the Auditor has
-// no order for (never ordered, or already settled).
-var ErrNotOrdered = errors.New("auditor: the request was not ordered, or is settled")
+// no order for (never ordered, or settled and not validated); kind
+// not_ordered (proof.ErrNotOrdered).
+var ErrNotOrdered = proof.ErrNotOrdered
 
 // ByzantineFault is a disagreement between the ledger and the Auditor
 // about one transaction: which asset and version, and which check failed.
-type ByzantineFault struct {
-	Nonce  string
-	Asset  string // "" for a check on the whole transaction
-	Age    int64
-	Check  string // "signature", "result", "input", "writes", "version", "hash"
-	Detail string
-}
-
-func (f *ByzantineFault) Error() string {
-	at := ""
-	if f.Asset != "" {
-		at = fmt.Sprintf(" on %s@%d", f.Asset, f.Age)
-	}
-	return fmt.Sprintf("auditor: Byzantine fault in %s%s: %s check: %s", f.Nonce, at, f.Check, f.Detail)
-}
-
-func (f *ByzantineFault) Unwrap() error { return ErrByzantineFault }
+// It is proof's, so that the SDK, which does not link the ledger, returns
+// the same type.
+type ByzantineFault = proof.ByzantineFault
 
 // Auditor orders and validates requests (see the package doc).
 type Auditor struct {

@@ -119,7 +119,17 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 // replies are lost, and recovering the outcome from the ledger's recorded
 // state if a retry finds the nonce used.
 func (c *Client) ExecuteRequest(ctx context.Context, r *proof.Request) (*proof.Result, error) {
+	return c.ExecuteOrdered(ctx, r, nil)
+}
+
+// ExecuteOrdered is ExecuteRequest's call of the ledger, with tok, the
+// Auditor's order token for r, if not nil: what Auditor mode sends
+// between Ordering and Validation. A ledger that runs with an Auditor
+// refuses a request without its valid token (proof.ErrOrderToken); one
+// that does not ignores the token.
+func (c *Client) ExecuteOrdered(ctx context.Context, r *proof.Request, tok *proof.OrderToken) (*proof.Result, error) {
 	req := wire.RequestToAPI(r)
+	req.OrderToken = wire.OrderTokenToAPI(tok)
 	reply, attempts, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.ExecuteReply, error) {
 		return viaMux(ctx, t, &api.CallRequest{Call: &api.CallRequest_Execute{Execute: req}}, (*api.CallReply).GetExecute,
 			func(ctx context.Context, o ...grpc.CallOption) (*api.ExecuteReply, error) {
@@ -333,4 +343,17 @@ func (c *Client) LedgerKey(ctx context.Context) (*api.LedgerKey, error) {
 		return t.api.GetLedgerKey(ctx, &api.GetLedgerKeyRequest{}, o...)
 	})
 	return k, err
+}
+
+// AbortNonce sends an Auditor's signed abort of a nonce to the ledger and
+// returns the nonce's state: aborted, or the state it had already. Only
+// the Auditor the ledger runs with can (otherwise proof.ErrNotAuditor).
+func (c *Client) AbortNonce(ctx context.Context, r *proof.AbortRequest) (*proof.TxState, error) {
+	st, _, err := call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.TxState, error) {
+		return t.api.AbortNonce(ctx, wire.AbortToAPI(r), o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wire.TxStateFromAPI(st)
 }

@@ -37,6 +37,7 @@ var (
 
 	// A ledger with an Auditor (Config.Auditor).
 	ErrOrderToken = proof.ErrOrderToken
+	ErrNotAuditor = proof.ErrNotAuditor
 )
 
 // Kind returns the wire name of the sentinel err wraps, or "" if none

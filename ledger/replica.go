@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/storage"
 )
 
@@ -118,4 +120,20 @@ func (l *Ledger) AbortNonce(ctx context.Context, nonce, reason string) (*TxState
 		return nil, err
 	}
 	return l.TxState(ctx, nonce)
+}
+
+// AbortOrdered is AbortNonce at the word of the ledger's Auditor
+// (Config.Auditor): r must be signed with its key, and its deadline not
+// passed. Otherwise the error wraps ErrNotAuditor (a ledger without an
+// Auditor refuses every abort) and nothing changes.
+func (l *Ledger) AbortOrdered(ctx context.Context, r *proof.AbortRequest) (*TxState, error) {
+	switch {
+	case l.cfg.Auditor == nil:
+		return nil, fmt.Errorf("%w: this ledger runs without an Auditor", ErrNotAuditor)
+	case proof.Verify(l.cfg.Auditor, r, r.Signature) != nil:
+		return nil, fmt.Errorf("%w: the abort of %q does not verify with the Auditor's key", ErrNotAuditor, truncate(r.Nonce, 40))
+	case l.now().UnixMilli() > r.Deadline:
+		return nil, fmt.Errorf("%w: the abort of %s expired at %s", ErrNotAuditor, r.Nonce, time.UnixMilli(r.Deadline).UTC().Format(time.RFC3339Nano))
+	}
+	return l.AbortNonce(ctx, r.Nonce, r.Reason)
 }

@@ -18,6 +18,7 @@ const (
 	tagReceipt  = "kiroku/receipt/v1"
 	tagOrder    = "kiroku/order-token/v1"
 	tagApproval = "kiroku/approval/v1"
+	tagAbort    = "kiroku/abort-nonce/v1"
 )
 
 // enc builds the length-prefixed encodings of ledger/FORMAT.md.

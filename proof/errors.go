@@ -43,6 +43,17 @@ var (
 	// A ledger with an Auditor runs a request only with the Auditor's
 	// valid, unexpired order token for exactly that request.
 	ErrOrderToken = errors.New("no valid order token from the auditor")
+	// Only the Auditor a ledger runs with may have it abort a nonce
+	// (AbortRequest): a ledger without an Auditor, an abort not signed
+	// with its key or past its deadline is refused with this.
+	ErrNotAuditor = errors.New("not signed by the ledger's auditor")
+
+	// The Auditor's. ErrByzantineFault is the cause of every
+	// *ByzantineFault: the ledger's reply disagrees with the Auditor's own
+	// run. ErrNotOrdered is a validation of a request the Auditor has no
+	// order for (never ordered, or settled and not validated).
+	ErrByzantineFault = errors.New("auditor: Byzantine fault")
+	ErrNotOrdered     = errors.New("auditor: the request was not ordered, or is settled")
 )
 
 // kinds names every sentinel for the wire. The names are part of the API:
@@ -71,6 +82,9 @@ var kinds = []struct {
 	{"not_found", ErrNotFound},
 	{"overloaded", ErrOverloaded},
 	{"order_token", ErrOrderToken},
+	{"not_auditor", ErrNotAuditor},
+	{"byzantine_fault", ErrByzantineFault},
+	{"not_ordered", ErrNotOrdered},
 }
 
 // Kind returns the wire name of the sentinel err wraps, or "" if none.

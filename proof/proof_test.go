@@ -91,9 +91,9 @@ func TestSignVerify(t *testing.T) {
 	}
 }
 
-// TestAuditorRecords: an order token and an approval verify, name exactly
-// the request and receipt they were made for, and cannot pass for each
-// other or for the ledger's records.
+// TestAuditorRecords: an order token, an approval and an abort verify,
+// name exactly the request, receipt or nonce they were made for, and
+// cannot pass for each other or for the ledger's records.
 func TestAuditorRecords(t *testing.T) {
 	s, _ := auth.NewHMACSigner(bytes.Repeat([]byte{9}, 32))
 	v, _ := auth.NewHMACVerifier(bytes.Repeat([]byte{9}, 32))
@@ -118,10 +118,24 @@ func TestAuditorRecords(t *testing.T) {
 	later.Deadline++
 	rc := &proof.Receipt{Nonce: "n", Contract: "c", Result: []byte(`1`), Signature: []byte("ledger")}
 	ap := &proof.Approval{Nonce: "n", Digest: proof.ReceiptDigest(rc)}
-	for _, x := range []proof.Signed{&later, ap, req, rc} {
+	ab := &proof.AbortRequest{Nonce: "n", Deadline: 1234}
+	for _, x := range []proof.Signed{&later, ap, req, rc, ab} {
 		if err := proof.Verify(v, x, sig); !errors.Is(err, proof.ErrBadSignature) {
 			t.Errorf("a token's signature verifies for %#v: %v", x, err)
 		}
+	}
+	// An abort binds its nonce, reason and deadline.
+	asig, err := proof.Sign(s, ab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*proof.AbortRequest{{Nonce: "m", Deadline: 1234}, {Nonce: "n", Reason: "r", Deadline: 1234}, {Nonce: "n", Deadline: 1235}} {
+		if err := proof.Verify(v, x, asig); !errors.Is(err, proof.ErrBadSignature) {
+			t.Errorf("an abort's signature verifies for %+v: %v", x, err)
+		}
+	}
+	if err := proof.Verify(v, ab, asig); err != nil {
+		t.Fatal(err)
 	}
 	forged := *rc
 	forged.Result = []byte(`2`)

@@ -293,7 +293,7 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) sizedReply {
 			if err != nil {
 				return fail(err)
 			}
-			res, err := l.Execute(ctx, wire.RequestFromAPI(c.Execute))
+			res, err := l.ExecuteOrdered(ctx, wire.RequestFromAPI(c.Execute), wire.OrderTokenFromAPI(c.Execute.OrderToken))
 			if err != nil {
 				return fail(err)
 			}

@@ -97,6 +97,11 @@ type Options struct {
 	Transport TransportLimits
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger
+	// AuditorKeyPEM, if set, is the PKIX public key (PEM) of the Auditor
+	// this ledger runs with (package auditor): the ledger then executes a
+	// request only with that Auditor's order token for it, and serves
+	// AbortNonce to requests signed with that key. Empty: no Auditor.
+	AuditorKeyPEM []byte
 	// Cluster, if set, makes the server a member of a replicated cluster
 	// of embedded engines (ClusterOptions); Listen then defaults to the
 	// member's address among the peers.
@@ -236,6 +241,19 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		return nil, err
 	}
 
+	var auditorKey auth.Verifier
+	auditorPrint := ""
+	if len(o.AuditorKeyPEM) > 0 {
+		pub, err := auth.ParsePublicKeyPEM(o.AuditorKeyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("server: the Auditor's key: %w", err)
+		}
+		if auditorKey, err = auth.NewECDSAVerifier(pub); err != nil {
+			return nil, fmt.Errorf("server: the Auditor's key: %w", err)
+		}
+		auditorPrint = auth.Fingerprint(pub)
+	}
+
 	r := &Running{Key: key, ProofVerifier: verifier, log: o.Logger, done: make(chan error, 1)}
 	defer func() {
 		if err != nil {
@@ -243,14 +261,15 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		}
 	}()
 	openLedger := func(b storage.Backend) (*ledger.Ledger, error) {
-		return ledger.Open(ctx, ledger.Config{Backend: b, Signer: signer, ProofVerifier: verifier, Secrets: box, Limits: o.Limits})
+		return ledger.Open(ctx, ledger.Config{Backend: b, Signer: signer, ProofVerifier: verifier, Secrets: box, Limits: o.Limits,
+			Auditor: auditorKey})
 	}
 	switch {
 	case o.Cluster != nil:
 		if r.member, err = openMember(o, func(b storage.Backend) (*ledger.Ledger, error) {
 			// The server's context may be gone by the time it leads.
 			return ledger.Open(context.Background(), ledger.Config{Backend: b, Signer: signer, ProofVerifier: verifier,
-				Secrets: box, Limits: o.Limits})
+				Secrets: box, Limits: o.Limits, Auditor: auditorKey})
 		}); err != nil {
 			return nil, err
 		}
@@ -287,25 +306,13 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 	}
 	observe := m.interceptor(o.Logger)
 	t := o.Transport
-	body := newBodyTimer(t.BodyTimeout)
-	// Stream workers reuse goroutines whose stacks have already grown to
-	// the depth of an execute; a fresh goroutine per call spent ~8% of the
-	// CPU copying stacks under load.
 	maxRecv, maxRequest := t.MaxRequestBytes, 0
 	if r.member != nil && maxRecv < peerBatchBytes {
 		// The peers' messages are larger; clients' are held to the bound
 		// as they are received (lenientRequest).
 		maxRecv, maxRequest = peerBatchBytes, t.MaxRequestBytes
 	}
-	r.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(body.stop, observe),
-		grpc.InTapHandle(body.start),
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
-		grpc.MaxConcurrentStreams(uint32(t.MaxStreams)),
-		grpc.MaxRecvMsgSize(maxRecv),
-		grpc.MaxHeaderListSize(maxHeaderBytes),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.IdleTimeout, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
+	r.grpc = newGRPC(t, maxRecv, observe)
 	r.closing = make(chan struct{})
 	svc := &service{l: r.Ledger, member: r.member, maxRequest: maxRequest, adminToken: o.AdminToken, key: key, observe: observe, closing: r.closing}
 	register(r.grpc, svc)
@@ -335,8 +342,49 @@ func Start(ctx context.Context, o Options) (_ *Running, err error) {
 		r.member.start()
 	}
 	o.Logger.Info("ledger server started", "addr", r.Addr(), "backend", backendName(o.Backend),
-		"proof_scheme", key.Scheme, "proof_key", key.Fingerprint, "registration", o.AdminToken != "")
+		"proof_scheme", key.Scheme, "proof_key", key.Fingerprint, "registration", o.AdminToken != "", "auditor_key", auditorPrint)
 	return r, nil
+}
+
+// newGRPC returns a gRPC server bounded by t, taking messages of up to
+// maxRecv bytes, its unary calls observed by observe.
+func newGRPC(t TransportLimits, maxRecv int, observe grpc.UnaryServerInterceptor) *grpc.Server {
+	body := newBodyTimer(t.BodyTimeout)
+	// Stream workers reuse goroutines whose stacks have already grown to
+	// the depth of an execute; a fresh goroutine per call spent ~8% of the
+	// CPU copying stacks under load.
+	return grpc.NewServer(grpc.ChainUnaryInterceptor(body.stop, observe),
+		grpc.InTapHandle(body.start),
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		grpc.MaxConcurrentStreams(uint32(t.MaxStreams)),
+		grpc.MaxRecvMsgSize(maxRecv),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.IdleTimeout, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(api.ConnWindow))
+}
+
+// NewGRPCServer returns a gRPC server made as Start makes the ledger's,
+// for another of kiroku's services (the Auditor's, package
+// auditor/auditorsrv): bounded by t (defaults filled in; a negative
+// field is an error), a unary call's request message held to
+// t.BodyTimeout, and every unary call counted and timed in reg
+// (kiroku_rpc_calls_total, kiroku_rpc_duration_seconds, with the Go and
+// process collectors) and logged to log when it fails, as the ledger's
+// are. Register services on it with RegisterService; the caller listens
+// (at most t.MaxConnections connections: netutil.LimitListener) and serves.
+func NewGRPCServer(t TransportLimits, reg *prometheus.Registry, log *slog.Logger) (*grpc.Server, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	return newGRPC(t, t.MaxRequestBytes, newMetrics(reg).interceptor(log)), nil
+}
+
+// Validated returns t with its defaults filled in, or an error for a
+// negative field.
+func (t TransportLimits) Validated() (TransportLimits, error) {
+	err := t.validate()
+	return t, err
 }
 
 func backendName(b string) string {
@@ -542,9 +590,9 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry) *metrics {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kiroku_rpc_calls_total",
-			Help: "Ledger RPCs by method and gRPC status code."}, []string{"method", "code"}),
+			Help: "RPCs by method and gRPC status code."}, []string{"method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kiroku_rpc_duration_seconds",
-			Help: "Ledger RPC latency by method.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method"}),
+			Help: "RPC latency by method.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)}, []string{"method"}),
 	}
 	reg.MustRegister(m.calls, m.duration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -38,21 +38,27 @@ type service struct {
 	closing chan struct{}
 }
 
-// register registers svc on s as the Ledger service. It is
-// api.RegisterLedgerServer, except that each unary method receives its
-// request through a lenientRequest, so that a request that does not
-// decode is INVALID_ARGUMENT. The CallBatches stream receives its
-// messages the same way (dispatcher.receive).
+// register registers svc on s as the Ledger service (RegisterService).
 func register(s grpc.ServiceRegistrar, svc *service) {
-	desc := api.Ledger_ServiceDesc // a copy: the generated one stays as it is
-	desc.Methods = slices.Clone(desc.Methods)
-	for i := range desc.Methods {
-		h := desc.Methods[i].Handler
-		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(m any) error { return receiveRequest(dec, m.(proto.Message), svc.maxRequest) }, ic)
+	RegisterService(s, &api.Ledger_ServiceDesc, svc, svc.maxRequest)
+}
+
+// RegisterService registers impl on s as the service desc describes, as
+// s.RegisterService does, except that each unary method receives its
+// request through a lenientRequest, so that a request that does not
+// decode is INVALID_ARGUMENT, and one over maxRequest bytes (if not 0)
+// RESOURCE_EXHAUSTED. The ledger's CallBatches stream receives its
+// messages the same way (dispatcher.receive).
+func RegisterService(s grpc.ServiceRegistrar, desc *grpc.ServiceDesc, impl any, maxRequest int) {
+	d := *desc // a copy: the generated one stays as it is
+	d.Methods = slices.Clone(d.Methods)
+	for i := range d.Methods {
+		h := d.Methods[i].Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			return h(srv, ctx, func(m any) error { return receiveRequest(dec, m.(proto.Message), maxRequest) }, ic)
 		}
 	}
-	s.RegisterService(&desc, svc)
+	s.RegisterService(&d, impl)
 }
 
 // receiveRequest receives a request message into m with recv (a stream's
@@ -103,14 +109,20 @@ func (r *lenientRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (s *service) requireAdmin(ctx context.Context) error {
-	if s.adminToken == "" {
+func (s *service) requireAdmin(ctx context.Context) error { return RequireAdmin(ctx, s.adminToken) }
+
+// RequireAdmin checks that the call of ctx presents token as its bearer
+// token ("authorization: Bearer <token>" metadata). With no token
+// configured registration is disabled (ErrRegistrationDisabled); a wrong
+// or missing one is PERMISSION_DENIED.
+func RequireAdmin(ctx context.Context, token string) error {
+	if token == "" {
 		return fmt.Errorf("%w: start the server with an admin token to register identities", ledger.ErrRegistrationDisabled)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.adminToken)) == 1 {
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
 			return nil
 		}
 	}
@@ -171,11 +183,25 @@ func (s *service) ExecuteContract(ctx context.Context, r *api.ExecuteRequest) (*
 	if err != nil {
 		return nil, s.status(ctx, err)
 	}
-	res, err := l.Execute(ctx, wire.RequestFromAPI(r))
+	res, err := l.ExecuteOrdered(ctx, wire.RequestFromAPI(r), wire.OrderTokenFromAPI(r.OrderToken))
 	if err != nil {
 		return nil, s.status(ctx, err)
 	}
 	return wire.ResultToAPI(res), nil
+}
+
+// AbortNonce has the ledger abort a nonce at its Auditor's signed word
+// (ledger.AbortOrdered).
+func (s *service) AbortNonce(ctx context.Context, r *api.AbortNonceRequest) (*api.TxState, error) {
+	l, err := s.ledger()
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	st, err := l.AbortOrdered(ctx, wire.AbortFromAPI(r))
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return wire.TxStateToAPI(st), nil
 }
 
 func (s *service) GetAsset(ctx context.Context, r *api.GetAssetRequest) (*api.GetAssetReply, error) {
@@ -270,6 +296,12 @@ func (s *service) status(ctx context.Context, err error) error {
 	}
 	return toStatus(ctx, err)
 }
+
+// Status is the gRPC status that stands for err, as the ledger's calls
+// return it: the code of its kind, and the kind in the "kiroku-error"
+// trailer of the call of ctx (which it sets). An error that is a status
+// already is returned as it is.
+func Status(ctx context.Context, err error) error { return toStatus(ctx, err) }
 
 // toStatus maps an error to a gRPC status, and sets the error-kind trailer
 // for the ledger's own errors.

@@ -1,8 +1,8 @@
 // Package wire converts between the records of package proof (the
-// ledger's requests, versions, proofs, receipts and transaction states)
-// and the gRPC API's messages, and holds the error convention both ends
-// share: the trailer that names a ledger error's kind, and the gRPC code
-// each kind travels with. The server and the client SDK both use it, so
+// ledger's requests, versions, proofs, receipts and transaction states,
+// the Auditor's tokens, approvals and aborts) and the gRPC API's messages, and holds the error convention both ends
+// share: the trailer that names a ledger error's kind, the gRPC code each
+// kind travels with, and the trailers of a Byzantine fault. The server and the client SDK both use it, so
 // the SDK does not depend on the server, the ledger or the storage
 // backends behind them.
 package wire
@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/proof"
@@ -58,15 +60,69 @@ func Code(kind string) codes.Code {
 		return codes.NotFound
 	case "contract_failed", "step_limit", "memory_limit", "time_limit", "call_depth":
 		return codes.FailedPrecondition
-	case "registration_disabled", "order_token":
+	case "registration_disabled", "order_token", "not_auditor":
 		return codes.PermissionDenied
+	case "not_ordered":
+		return codes.FailedPrecondition
+	case "byzantine_fault":
+		return codes.DataLoss
 	case "overloaded":
 		return codes.Unavailable
 	}
 	return codes.Internal
 }
 
-// RequestFromAPI converts a wire request.
+// The trailers of a Byzantine fault (kind byzantine_fault, code
+// DATA_LOSS), beside ErrorKindKey: the asset (absent for a check on the
+// whole transaction), its age and the check that failed. The status
+// message is the fault's detail; the nonce is the request's.
+const (
+	FaultAssetKey = "kiroku-fault-asset"
+	FaultAgeKey   = "kiroku-fault-age"
+	FaultCheckKey = "kiroku-fault-check"
+)
+
+// FaultTrailer returns the trailers of f besides its kind. An asset id or
+// check that is not printable ASCII (which a header value must be, and
+// which the ledger's ids are) is left out.
+func FaultTrailer(f *proof.ByzantineFault) metadata.MD {
+	md := metadata.Pairs(FaultAgeKey, strconv.FormatInt(f.Age, 10))
+	if f.Asset != "" && printable(f.Asset) {
+		md.Set(FaultAssetKey, f.Asset)
+	}
+	if printable(f.Check) {
+		md.Set(FaultCheckKey, f.Check)
+	}
+	return md
+}
+
+// FaultFromTrailer rebuilds the fault of the request nonce from a
+// status's message and its trailers.
+func FaultFromTrailer(nonce, msg string, md metadata.MD) *proof.ByzantineFault {
+	f := &proof.ByzantineFault{Nonce: nonce, Detail: msg}
+	if v := md.Get(FaultAssetKey); len(v) > 0 {
+		f.Asset = v[0]
+	}
+	if v := md.Get(FaultCheckKey); len(v) > 0 {
+		f.Check = v[0]
+	}
+	if v := md.Get(FaultAgeKey); len(v) > 0 {
+		f.Age, _ = strconv.ParseInt(v[0], 10, 64)
+	}
+	return f
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// RequestFromAPI converts a wire request; its order token, if any, is
+// OrderTokenFromAPI's.
 func RequestFromAPI(r *api.ExecuteRequest) *proof.Request {
 	return &proof.Request{Nonce: r.Nonce, ContractID: r.ContractId, Argument: r.Argument, Entity: r.Entity,
 		KeyVersion: r.KeyVersion, Signature: r.Signature}
@@ -76,6 +132,42 @@ func RequestFromAPI(r *api.ExecuteRequest) *proof.Request {
 func RequestToAPI(r *proof.Request) *api.ExecuteRequest {
 	return &api.ExecuteRequest{Nonce: r.Nonce, ContractId: r.ContractID, Argument: r.Argument, Entity: r.Entity,
 		KeyVersion: r.KeyVersion, Signature: r.Signature}
+}
+
+// OrderTokenFromAPI converts a wire order token; nil for none.
+func OrderTokenFromAPI(t *api.OrderToken) *proof.OrderToken {
+	if t == nil {
+		return nil
+	}
+	return &proof.OrderToken{Nonce: t.Nonce, Digest: t.Digest, Deadline: t.DeadlineMillis, Signature: t.Signature}
+}
+
+// OrderTokenToAPI converts an order token for the wire; nil for none.
+func OrderTokenToAPI(t *proof.OrderToken) *api.OrderToken {
+	if t == nil {
+		return nil
+	}
+	return &api.OrderToken{Nonce: t.Nonce, Digest: t.Digest, DeadlineMillis: t.Deadline, Signature: t.Signature}
+}
+
+// ApprovalFromAPI converts a wire approval.
+func ApprovalFromAPI(a *api.Approval) *proof.Approval {
+	return &proof.Approval{Nonce: a.Nonce, Digest: a.Digest, Signature: a.Signature}
+}
+
+// ApprovalToAPI converts an approval for the wire.
+func ApprovalToAPI(a *proof.Approval) *api.Approval {
+	return &api.Approval{Nonce: a.Nonce, Digest: a.Digest, Signature: a.Signature}
+}
+
+// AbortFromAPI converts a wire abort.
+func AbortFromAPI(r *api.AbortNonceRequest) *proof.AbortRequest {
+	return &proof.AbortRequest{Nonce: r.Nonce, Reason: r.Reason, Deadline: r.DeadlineMillis, Signature: r.Signature}
+}
+
+// AbortToAPI converts an abort for the wire.
+func AbortToAPI(r *proof.AbortRequest) *api.AbortNonceRequest {
+	return &api.AbortNonceRequest{Nonce: r.Nonce, Reason: r.Reason, DeadlineMillis: r.Deadline, Signature: r.Signature}
 }
 
 func inputToAPI(m map[string]int64) []*api.InputEntry {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/api"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 )
 
 // TestEveryKindHasACode: each ledger error kind maps to a gRPC code of its
@@ -106,5 +108,39 @@ func TestVersionEncodedBound(t *testing.T) {
 		if size := proto.Size(reply); bound < size {
 			t.Errorf("%d versions: bound %d bytes, reply %d", n, bound, size)
 		}
+	}
+}
+
+// TestAuditorRecordsRoundTrip: tokens, approvals, aborts and Byzantine
+// faults come back from the wire as they went.
+func TestAuditorRecordsRoundTrip(t *testing.T) {
+	tok := &proof.OrderToken{Nonce: "n", Digest: []byte{1, 2}, Deadline: 1234, Signature: []byte{3}}
+	if got := OrderTokenFromAPI(OrderTokenToAPI(tok)); !reflect.DeepEqual(got, tok) {
+		t.Errorf("token %+v came back %+v", tok, got)
+	}
+	if OrderTokenToAPI(nil) != nil || OrderTokenFromAPI(nil) != nil {
+		t.Error("no token is not nil on the wire")
+	}
+	ap := &proof.Approval{Nonce: "n", Digest: []byte{4}, Signature: []byte{5}}
+	if got := ApprovalFromAPI(ApprovalToAPI(ap)); !reflect.DeepEqual(got, ap) {
+		t.Errorf("approval %+v came back %+v", ap, got)
+	}
+	ab := &proof.AbortRequest{Nonce: "n", Reason: "lease", Deadline: 99, Signature: []byte{6}}
+	if got := AbortFromAPI(AbortToAPI(ab)); !reflect.DeepEqual(got, ab) {
+		t.Errorf("abort %+v came back %+v", ab, got)
+	}
+	for _, f := range []*proof.ByzantineFault{
+		{Nonce: "n", Asset: "a/1", Age: 7, Check: "hash", Detail: "the ledger's version hashes to 01, the Auditor's to 02"},
+		{Nonce: "n", Age: 0, Check: "result", Detail: "résumé"},
+	} {
+		if got := FaultFromTrailer(f.Nonce, f.Detail, FaultTrailer(f)); !reflect.DeepEqual(got, f) {
+			t.Errorf("fault %+v came back %+v", f, got)
+		}
+	}
+	if md := FaultTrailer(&proof.ByzantineFault{Asset: "é"}); len(md.Get(FaultAssetKey)) != 0 {
+		t.Error("an asset id that is not printable ASCII went into a header")
+	}
+	if Code("byzantine_fault") != codes.DataLoss || Code("not_ordered") != codes.FailedPrecondition || Code("not_auditor") != codes.PermissionDenied {
+		t.Error("the Auditor's kinds have other codes than documented")
 	}
 }

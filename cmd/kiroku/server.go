@@ -30,6 +30,7 @@ func serverCmd() *cobra.Command {
 		cpus           string
 		addrFile       string
 		cl             clusterFlags
+		auditorKey     string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -45,7 +46,10 @@ others apply the log and answer clients with the leader's address (the SDK and C
 Each member serves clients and its peers on its address in --peers. Every member needs the same
 keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys into each member's
 --data-dir before its first start. A member added later starts with --join and is added with
-'kiroku cluster add-node'.`,
+'kiroku cluster add-node'.
+
+With --auditor-key the ledger runs with an Auditor (see 'kiroku auditor'): it executes a request
+only with that Auditor's signed order token for it, and lets only that Auditor abort a nonce.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
@@ -80,6 +84,11 @@ keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys 
 				}
 				if err := cpuset.Pin(set); err != nil {
 					return err
+				}
+			}
+			if auditorKey != "" {
+				if o.AuditorKeyPEM, err = pemOrFile(auditorKey); err != nil {
+					return fmt.Errorf("--auditor-key: %w", err)
 				}
 			}
 			if o.Cluster, err = cl.options(); err != nil {
@@ -127,6 +136,7 @@ keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys 
 	f.StringVar(&o.CassandraLocalDC, "cassandra-local-dc", "", "the Cassandra datacenter whose nodes are preferred")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the administrator token that enables identity registration")
+	f.StringVar(&auditorKey, "auditor-key", "", "run with the Auditor whose ECDSA public key this is: PEM, or a file holding it")
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
@@ -151,4 +161,13 @@ keys: create them once with 'kiroku keys init --data-dir DIR' and copy DIR/keys 
 		"a unary call whose request message is not whole this long after its headers is cancelled (0: 10s)")
 	f.DurationVar(&o.Transport.IdleTimeout, "idle-timeout", 0, "a connection with no call open this long is closed (0: 5m)")
 	return cmd
+}
+
+// pemOrFile returns v if it holds a PEM block, else the contents of the
+// file v names.
+func pemOrFile(v string) ([]byte, error) {
+	if strings.Contains(v, "-----BEGIN ") {
+		return []byte(v), nil
+	}
+	return os.ReadFile(v)
 }
