@@ -83,6 +83,10 @@ type order struct {
 	run      *ledger.Run
 	versions []*ledger.Version // what the ledger must commit, unsigned
 	token    *proof.OrderToken
+	// settling is held by whoever settles the order — a Validate, or
+	// recovery once the lease ran out — so that the two never settle it
+	// at once; the second finds it settled (current).
+	settling sync.Mutex
 }
 
 // Open returns an Auditor. It creates its orders table if missing, and
@@ -241,19 +245,65 @@ func covered(run *ledger.Run, reads, writes []string) bool {
 // releases the request's locks and returns its approval of the receipt.
 // If they do not, the error is a *ByzantineFault; the locks are released
 // and the replica keeps the history both domains signed.
+//
+// A request the Auditor has no order for is ErrNotOrdered, unless its
+// transaction is in the replica with exactly res's receipt: validated
+// already — by recovery, or by a Validate whose reply the client lost —
+// it is approved again.
 func (a *Auditor) Validate(ctx context.Context, req *proof.Request, res *proof.Result) (*proof.Approval, error) {
 	a.mu.Lock()
 	o := a.order[req.Nonce]
 	a.mu.Unlock()
 	if o == nil || !bytes.Equal(o.digest, proof.RequestDigest(req)) {
-		return nil, fmt.Errorf("%w: %s", ErrNotOrdered, req.Nonce)
+		return a.validated(ctx, req, res)
+	}
+	o.settling.Lock()
+	defer o.settling.Unlock()
+	if !a.current(o) {
+		return a.validated(ctx, req, res) // recovery settled it meanwhile
 	}
 	return a.settle(ctx, o, res)
+}
+
+// current reports whether o is still ordered, not settled.
+func (a *Auditor) current(o *order) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.order[o.req.Nonce] == o
+}
+
+// validated approves res again if its transaction is in the replica with
+// exactly its receipt; else ErrNotOrdered.
+func (a *Auditor) validated(ctx context.Context, req *proof.Request, res *proof.Result) (*proof.Approval, error) {
+	st, err := a.cfg.Replica.TxState(ctx, req.Nonce)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status == ledger.TxCommitted && st.Contract == req.ContractID {
+		if rc := st.Receipt(); bytes.Equal(proof.ReceiptDigest(&rc), proof.ReceiptDigest(&res.Receipt)) {
+			return a.approve(&rc)
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotOrdered, req.Nonce)
+}
+
+// approve countersigns receipt rc.
+func (a *Auditor) approve(rc *proof.Receipt) (*proof.Approval, error) {
+	ap := &proof.Approval{Nonce: rc.Nonce, Digest: proof.ReceiptDigest(rc)}
+	sig, err := proof.Sign(a.cfg.Signer, ap)
+	if err != nil {
+		return nil, err
+	}
+	ap.Signature = sig
+	return ap, nil
 }
 
 // settle validates o against res and ends the order either way, unless
 // the replica itself failed (then it stays ordered, to be settled again).
 func (a *Auditor) settle(ctx context.Context, o *order, res *proof.Result) (*proof.Approval, error) {
+	if err := a.signedByLedger(o, res); err != nil {
+		return nil, err
+	}
 	fault := a.check(o, res)
 	if fault == nil {
 		st := &ledger.TxState{Nonce: o.req.Nonce, Status: ledger.TxCommitted, Contract: o.req.ContractID, Result: res.Result,
@@ -274,25 +324,39 @@ func (a *Auditor) settle(ctx context.Context, o *order, res *proof.Result) (*pro
 	if fault != nil {
 		return nil, fault
 	}
-	ap := &proof.Approval{Nonce: o.req.Nonce, Digest: proof.ReceiptDigest(&res.Receipt)}
-	sig, err := proof.Sign(a.cfg.Signer, ap)
-	if err != nil {
-		return nil, err
-	}
-	ap.Signature = sig
-	return ap, nil
+	return a.approve(&res.Receipt)
 }
 
-// check compares the ledger's result with the Auditor's run.
+// signedByLedger checks that res is the ledger's word about o's request:
+// a receipt for its nonce and proofs, each signed with the ledger's key.
+// What fails this proves nothing about the ledger — anyone can send
+// bytes that do not verify, or a receipt of another transaction — so it
+// is refused (ErrBadSignature, ErrBadRequest) and the order stands, to
+// be validated with the ledger's real reply or settled by recovery.
+func (a *Auditor) signedByLedger(o *order, res *proof.Result) error {
+	if res.Nonce != o.req.Nonce {
+		return fmt.Errorf("%w: the reply is the receipt of transaction %q, not of %s", ledger.ErrBadRequest, res.Nonce, o.req.Nonce)
+	}
+	if err := proof.Verify(a.cfg.LedgerKey, &res.Receipt, res.Signature); err != nil {
+		return fmt.Errorf("auditor: the receipt of %s is not the ledger's: %w", o.req.Nonce, err)
+	}
+	for i := range res.Proofs {
+		p := &res.Proofs[i]
+		if err := proof.Verify(a.cfg.LedgerKey, p, p.Signature); err != nil {
+			return fmt.Errorf("auditor: the proof of %s@%d is not the ledger's: %w", p.ID, p.Age, err)
+		}
+	}
+	return nil
+}
+
+// check compares the ledger's signed result (signedByLedger) with the
+// Auditor's run: a difference is the ledger's fault, for it signed it.
 func (a *Auditor) check(o *order, res *proof.Result) *ByzantineFault {
 	f := func(asset string, age int64, check, format string, args ...any) *ByzantineFault {
 		return &ByzantineFault{Nonce: o.req.Nonce, Asset: asset, Age: age, Check: check, Detail: fmt.Sprintf(format, args...)}
 	}
-	if res.Nonce != o.req.Nonce || res.Contract != o.req.ContractID {
-		return f("", 0, "receipt", "the receipt names %s/%s", res.Nonce, res.Contract)
-	}
-	if err := proof.Verify(a.cfg.LedgerKey, &res.Receipt, res.Signature); err != nil {
-		return f("", 0, "signature", "the receipt's signature: %v", err)
+	if res.Contract != o.req.ContractID {
+		return f("", 0, "receipt", "the receipt names contract %s, the request %s", res.Contract, o.req.ContractID)
 	}
 	if !bytes.Equal(res.Result, o.run.Result) {
 		return f("", 0, "result", "the ledger returned %s, the Auditor's run %s", res.Result, o.run.Result)
@@ -317,9 +381,6 @@ func (a *Auditor) check(o *order, res *proof.Result) *ByzantineFault {
 			return f(v.ID, v.Age, "hash", "the ledger's version hashes to %x, the Auditor's to %x", p.Hash, v.Hash)
 		case !maps.Equal(p.Input, v.Input) || p.Nonce != v.Nonce:
 			return f(v.ID, v.Age, "version", "the proof names another transaction or read set")
-		}
-		if err := proof.Verify(a.cfg.LedgerKey, &p, p.Signature); err != nil {
-			return f(v.ID, v.Age, "signature", "the proof's signature: %v", err)
 		}
 	}
 	return nil
@@ -363,6 +424,11 @@ func (a *Auditor) Recover(ctx context.Context) (int, error) {
 }
 
 func (a *Auditor) recoverOne(ctx context.Context, o *order) error {
+	o.settling.Lock()
+	defer o.settling.Unlock()
+	if !a.current(o) {
+		return nil // validated meanwhile
+	}
 	st, err := a.cfg.Ledger.AbortNonce(ctx, o.req.Nonce, "its order's lease ran out before it was validated")
 	if err != nil {
 		return fmt.Errorf("auditor: recovering %s: %w", o.req.Nonce, err)

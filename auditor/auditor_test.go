@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,12 +206,11 @@ func TestOrdering(t *testing.T) {
 	}
 }
 
-// TestFaults: a ledger that returns another result, reads or writes other
-// versions, or signs with another key is caught at Validation, with the
-// check named, and the replica does not take its versions.
+// TestFaults: a ledger that signs another result, other reads or writes,
+// or another contract is caught at Validation, with the check named, and
+// the replica does not take its versions.
 func TestFaults(t *testing.T) {
 	ctx := context.Background()
-	otherKey, _ := auth.NewHMACSigner(bytes.Repeat([]byte{9}, 32))
 	for _, c := range []struct {
 		check  string
 		tamper func(d *domains, res *proof.Result)
@@ -219,7 +219,7 @@ func TestFaults(t *testing.T) {
 		{"input", func(d *domains, res *proof.Result) { res.Input["x"] = 5 }},
 		{"hash", func(d *domains, res *proof.Result) { res.Proofs[0].Hash = bytes.Repeat([]byte{1}, 32) }},
 		{"version", func(d *domains, res *proof.Result) { res.Proofs[0].Age++; res.Writes[res.Proofs[0].ID]++ }},
-		{"signature", func(d *domains, res *proof.Result) { res.Signature, _ = proof.Sign(otherKey, &res.Receipt) }},
+		{"receipt", func(d *domains, res *proof.Result) { res.Contract = "other" }},
 	} {
 		t.Run(c.check, func(t *testing.T) {
 			d := newDomains(t)
@@ -233,13 +233,11 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.tamper(d, res)
-			if c.check != "signature" {
-				// A Byzantine ledger signs what it returns.
-				for i := range res.Proofs {
-					res.Proofs[i].Signature, _ = proof.Sign(d.ledgerKey, &res.Proofs[i])
-				}
-				res.Signature, _ = proof.Sign(d.ledgerKey, &res.Receipt)
+			// A Byzantine ledger signs what it returns.
+			for i := range res.Proofs {
+				res.Proofs[i].Signature, _ = proof.Sign(d.ledgerKey, &res.Proofs[i])
 			}
+			res.Signature, _ = proof.Sign(d.ledgerKey, &res.Receipt)
 			_, err = d.aud.Validate(ctx, req, res)
 			var f *ByzantineFault
 			if !errors.As(err, &f) || f.Check != c.check || !errors.Is(err, ErrByzantineFault) {
@@ -368,5 +366,145 @@ func TestRestart(t *testing.T) {
 	}
 	if third, err := Open(ctx, d.cfg); err != nil || third.Pending() != 0 {
 		t.Fatalf("after everything was settled a restart finds %d orders (%v)", third.Pending(), err)
+	}
+}
+
+// TestValidateAgain: a transaction validated already — its Validate's
+// reply lost, or settled by recovery before its client came back — is
+// approved again for exactly its receipt, and for nothing else.
+func TestValidateAgain(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	req := d.request("x", "y", 1)
+	first, res, err := d.run(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.aud.Validate(ctx, req, res)
+	if err != nil || !bytes.Equal(again.Digest, first.Digest) || proof.Verify(d.audKey, again, again.Signature) != nil {
+		t.Fatalf("validating again: %+v, %v", again, err)
+	}
+	other := *res
+	other.Result = []byte(`{"from":0,"to":0}`)
+	if _, err := d.aud.Validate(ctx, req, &other); !errors.Is(err, ErrNotOrdered) {
+		t.Fatalf("another receipt for a validated nonce: %v, want ErrNotOrdered", err)
+	}
+	if _, err := d.aud.Validate(ctx, d.request("x", "y", 2), res); !errors.Is(err, ErrNotOrdered) {
+		t.Fatalf("a request never ordered: %v, want ErrNotOrdered", err)
+	}
+
+	// Committed on the ledger, settled by recovery, then brought.
+	late := d.request("p", "q", 1)
+	tok, err := d.aud.Order(ctx, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = d.ledger.ExecuteOrdered(ctx, late, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.now = d.now.Add(6 * time.Second)
+	if n, err := d.aud.Recover(ctx); n != 1 || err != nil {
+		t.Fatalf("recovered %d: %v", n, err)
+	}
+	if ap, err := d.aud.Validate(ctx, late, res); err != nil || !bytes.Equal(ap.Digest, proof.ReceiptDigest(&res.Receipt)) {
+		t.Fatalf("a recovered transaction brought late: %+v, %v", ap, err)
+	}
+}
+
+// TestAbortNeedsTheAuditor: the ledger aborts a nonce only at its
+// Auditor's signed, unexpired word, and a ledger without an Auditor at
+// nobody's.
+func TestAbortNeedsTheAuditor(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	sign := func(s auth.Signer, deadline time.Time) *proof.AbortRequest {
+		r := &proof.AbortRequest{Nonce: "n1", Reason: "lease", Deadline: deadline.UnixMilli()}
+		r.Signature, _ = proof.Sign(s, r)
+		return r
+	}
+	for name, r := range map[string]*proof.AbortRequest{"signed with the ledger's key": sign(d.ledgerKey, d.now.Add(time.Minute)),
+		"past its deadline": sign(d.aud.cfg.Signer, d.now.Add(-time.Millisecond))} {
+		if _, err := d.ledger.AbortOrdered(ctx, r); !errors.Is(err, ledger.ErrNotAuditor) {
+			t.Errorf("an abort %s: %v", name, err)
+		}
+	}
+	if _, err := d.cfg.Replica.AbortOrdered(ctx, sign(d.aud.cfg.Signer, d.now.Add(time.Minute))); !errors.Is(err, ledger.ErrNotAuditor) {
+		t.Errorf("an abort on a ledger without an Auditor: %v", err)
+	}
+	if st, _ := d.ledger.TxState(ctx, "n1"); st.Status != ledger.TxUnknown {
+		t.Fatalf("a refused abort recorded %s", st.Status)
+	}
+	st, err := d.ledger.AbortOrdered(ctx, sign(d.aud.cfg.Signer, d.now.Add(time.Minute)))
+	if err != nil || st.Status != ledger.TxAborted || st.Reason != "lease" {
+		t.Fatalf("the Auditor's abort: %+v, %v", st, err)
+	}
+}
+
+// TestUnsignedReplies: a reply the ledger did not sign — altered without
+// its key, or the receipt of another transaction — is refused without a
+// fault and leaves the order as it was: the real reply then validates.
+func TestUnsignedReplies(t *testing.T) {
+	ctx := context.Background()
+	otherKey, _ := auth.NewHMACSigner(bytes.Repeat([]byte{9}, 32))
+	d := newDomains(t)
+	req := d.request("x", "y", 1)
+	tok, err := d.aud.Order(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.ledger.ExecuteOrdered(ctx, req, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRes := *res
+	otherRes.Nonce = "n2"
+	otherRes.Signature, _ = proof.Sign(d.ledgerKey, &otherRes.Receipt)
+	for name, tamper := range map[string]func(r *proof.Result){
+		"result altered":        func(r *proof.Result) { r.Result = []byte(`{"from":0,"to":0}`) },
+		"signed with another":   func(r *proof.Result) { r.Signature, _ = proof.Sign(otherKey, &r.Receipt) },
+		"a proof altered":       func(r *proof.Result) { r.Proofs = slices.Clone(r.Proofs); r.Proofs[0].Hash = []byte{1} },
+		"another transaction's": func(r *proof.Result) { *r = otherRes },
+	} {
+		bad := *res
+		tamper(&bad)
+		_, err := d.aud.Validate(ctx, req, &bad)
+		if err == nil || errors.Is(err, ErrByzantineFault) || (!errors.Is(err, ledger.ErrBadSignature) && !errors.Is(err, ledger.ErrBadRequest)) {
+			t.Fatalf("%s: %v, want a refusal that is no fault", name, err)
+		}
+		if d.aud.Pending() != 1 || !d.aud.locks.holds(req.Nonce) {
+			t.Fatalf("%s: the order was dropped", name)
+		}
+	}
+	if _, err := d.aud.Validate(ctx, req, res); err != nil {
+		t.Fatalf("the real reply after refused ones: %v", err)
+	}
+}
+
+// TestValidateRacesRecovery: a validation that arrives as recovery
+// settles the same order gets its approval either way: the two never
+// settle it at once.
+func TestValidateRacesRecovery(t *testing.T) {
+	d := newDomains(t)
+	ctx := context.Background()
+	for i := range 20 {
+		req := d.request(fmt.Sprintf("x%d", i), fmt.Sprintf("y%d", i), 1)
+		tok, err := d.aud.Order(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.ledger.ExecuteOrdered(ctx, req, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.now = d.now.Add(6 * time.Second) // the lease has run out
+		recovered := make(chan error, 1)
+		go func() { _, err := d.aud.Recover(ctx); recovered <- err }()
+		if _, err := d.aud.Validate(ctx, req, res); err != nil {
+			t.Fatalf("round %d: a validation racing recovery: %v", i, err)
+		}
+		if err := <-recovered; err != nil {
+			t.Fatalf("round %d: recovery racing a validation: %v", i, err)
+		}
 	}
 }

@@ -38,7 +38,18 @@
 // its replica's), commits the new versions to its replica, releases the
 // locks and countersigns the receipt. A disagreement is a typed error
 // (ByzantineFault) naming the asset, the version and the check; the
-// client reports it at once, and the Auditor records it.
+// client reports it at once, and the Auditor records it. Only what the
+// ledger signed can be its fault: a reply whose receipt or proofs do not
+// verify with the ledger's key, or a receipt of another nonce, proves
+// nothing (anyone can send one) and is refused, the order kept for the
+// ledger's real reply or for recovery. A transaction validated already
+// is approved again for exactly its receipt, so a client whose reply was
+// lost, or came back after recovery settled its request, gets its
+// approval.
+//
+// The network side is package auditor/auditorsrv (`kiroku auditor`);
+// the Go SDK's Auditor mode (client.Config.Mode) takes a request through
+// the three phases.
 //
 // # Failures between the phases
 //

@@ -99,7 +99,7 @@ type ByzantineFault struct {
 	Nonce  string
 	Asset  string // "" for a check on the whole transaction
 	Age    int64
-	Check  string // "receipt", "signature", "result", "input", "writes", "version", "hash"
+	Check  string // "receipt", "result", "input", "writes", "version", "hash"
 	Detail string
 }
 
