@@ -24,7 +24,10 @@ func (c *Client) admin(ctx context.Context) (context.Context, error) {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.cfg.AdminToken), nil
 }
 
-// RegisterCertificate enrols the client's certificate (administrator only).
+// RegisterCertificate enrols the client's certificate (administrator
+// only); in Auditor mode with the Auditor too, and the error joins both
+// domains'. Repeating the same registration succeeds, so a retry after
+// one domain failed completes it.
 func (c *Client) RegisterCertificate(ctx context.Context) error {
 	if len(c.cfg.CertificatePEM) == 0 {
 		return errors.New("client: no certificate configured")
@@ -33,14 +36,17 @@ func (c *Client) RegisterCertificate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	req := &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, CertificatePem: string(c.cfg.CertificatePEM)}
 	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return t.api.RegisterCertificate(ctx, &api.RegisterCertificateRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion,
-			CertificatePem: string(c.cfg.CertificatePEM)}, o...)
+		return t.api.RegisterCertificate(ctx, req, o...)
 	})
-	return err
+	return registerWithAuditor(ctx, c, true, err, func(ctx context.Context, a api.AuditorClient, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return a.RegisterCertificate(ctx, req, o...)
+	})
 }
 
-// RegisterSecret enrols the client's HMAC secret (administrator only).
+// RegisterSecret enrols the client's HMAC secret (administrator only);
+// in Auditor mode with the Auditor too, as RegisterCertificate.
 func (c *Client) RegisterSecret(ctx context.Context) error {
 	if len(c.cfg.Secret) == 0 {
 		return errors.New("client: no secret configured")
@@ -49,13 +55,18 @@ func (c *Client) RegisterSecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	req := &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}
 	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return t.api.RegisterSecret(ctx, &api.RegisterSecretRequest{Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Secret: c.cfg.Secret}, o...)
+		return t.api.RegisterSecret(ctx, req, o...)
 	})
-	return err
+	return registerWithAuditor(ctx, c, true, err, func(ctx context.Context, a api.AuditorClient, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return a.RegisterSecret(ctx, req, o...)
+	})
 }
 
-// RegisterContract registers Starlark source under id, signed.
+// RegisterContract registers Starlark source under id, signed; in
+// Auditor mode with the Auditor too, the same signed registration, as
+// RegisterCertificate.
 func (c *Client) RegisterContract(ctx context.Context, id string, source []byte) error {
 	if err := c.needSigner(); err != nil {
 		return err
@@ -65,11 +76,13 @@ func (c *Client) RegisterContract(ctx context.Context, id string, source []byte)
 	if err != nil {
 		return err
 	}
+	req := &api.RegisterContractRequest{ContractId: id, Source: source, Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Signature: sig}
 	_, _, err = call(ctx, c, func(ctx context.Context, t *target, o ...grpc.CallOption) (*api.RegisterReply, error) {
-		return t.api.RegisterContract(ctx, &api.RegisterContractRequest{ContractId: id, Source: source,
-			Entity: c.cfg.Entity, KeyVersion: c.cfg.KeyVersion, Signature: sig}, o...)
+		return t.api.RegisterContract(ctx, req, o...)
 	})
-	return err
+	return registerWithAuditor(ctx, c, false, err, func(ctx context.Context, a api.AuditorClient, o ...grpc.CallOption) (*api.RegisterReply, error) {
+		return a.RegisterContract(ctx, req, o...)
+	})
 }
 
 // ListContracts lists the built-in and registered contracts.
@@ -117,8 +130,14 @@ func (c *Client) Execute(ctx context.Context, contractID string, argument []byte
 
 // ExecuteRequest sends a signed request, retrying it (same nonce) while
 // replies are lost, and recovering the outcome from the ledger's recorded
-// state if a retry finds the nonce used.
+// state if a retry finds the nonce used. In Auditor mode it is
+// ExecuteAudited: the result comes back only with the Auditor's verified
+// approval.
 func (c *Client) ExecuteRequest(ctx context.Context, r *proof.Request) (*proof.Result, error) {
+	if c.aud != nil {
+		res, _, err := c.ExecuteAudited(ctx, r)
+		return res, err
+	}
 	return c.ExecuteOrdered(ctx, r, nil)
 }
 

@@ -17,6 +17,13 @@
 // does not answer its call, from a broken or dishonest server. An
 // overloaded server (proof.ErrOverloaded, no room for another contract)
 // answers UNAVAILABLE and is retried like a lost reply.
+//
+// In Auditor mode (Config.Mode) Execute takes each request through the
+// Auditor, the second domain: Order (a token the ledger requires), the
+// ledger's execution, Validate. It returns a result only with the
+// Auditor's approval of its receipt, verified with the Auditor's pinned
+// key; a ledger whose signed result disagrees with the Auditor's run is a
+// *proof.ByzantineFault (errors.As), naming the asset, version and check.
 package client
 
 import (
@@ -84,6 +91,25 @@ type Config struct {
 	// RPC of its own, instead of over the CallBatches stream the client's
 	// goroutines share (which unary interceptors do not see).
 	UnaryCalls bool `json:"-"`
+
+	// Mode is how executions go: ModeDirect ("direct"; "" means it) to the
+	// ledger alone, or ModeAuditor ("auditor") through the Auditor at
+	// Auditor, which orders each request, and validates and countersigns
+	// the ledger's result before Execute returns it (ExecuteAudited).
+	// Identity and contract registrations then go to both domains.
+	Mode string `json:"mode"`
+	// Auditor is the Auditor's host:port, for ModeAuditor.
+	Auditor string `json:"auditor"`
+	// AuditorKey pins the Auditor's key, for ModeAuditor (required): its
+	// ECDSA public key in PEM, or the key's fingerprint (SHA-256 of its
+	// PKIX encoding, 64 hex digits), in which case the client fetches the
+	// key from the Auditor and uses it only if its fingerprint, computed
+	// here, is this one.
+	AuditorKey string `json:"-"`
+	// AuditorAdminToken authorises identity registration with the
+	// Auditor, whose administrator is not the ledger's; "" means
+	// AdminToken.
+	AuditorAdminToken string `json:"-"`
 }
 
 // fileConfig is the JSON form of Config: keys are named by file (or given
@@ -97,6 +123,12 @@ type fileConfig struct {
 	PrivateKeyFile string `json:"private_key_file"`
 	CertFile       string `json:"certificate_file"`
 	AdminTokenFile string `json:"admin_token_file"`
+	Mode           string `json:"mode"`
+	Auditor        string `json:"auditor"`
+	// AuditorKey is a fingerprint or PEM text; AuditorKeyFile a PEM file.
+	AuditorKey            string `json:"auditor_key"`
+	AuditorKeyFile        string `json:"auditor_key_file"`
+	AuditorAdminTokenFile string `json:"auditor_admin_token_file"`
 }
 
 // LoadConfig reads a JSON config file:
@@ -104,7 +136,10 @@ type fileConfig struct {
 //	{"server": "127.0.0.1:50051", "entity": "alice", "key_version": 1,
 //	 "secret_hex": "..." | "secret_file": "path",
 //	 "private_key_file": "key.pem", "certificate_file": "cert.pem",
-//	 "admin_token_file": "token"}
+//	 "admin_token_file": "token",
+//	 "mode": "auditor", "auditor": "127.0.0.1:50061",
+//	 "auditor_key": "<fingerprint>" | "auditor_key_file": "auditor.pem",
+//	 "auditor_admin_token_file": "auditor.token"}
 //
 // Relative paths are relative to the file's directory.
 func LoadConfig(path string) (Config, error) {
@@ -123,12 +158,16 @@ func LoadConfig(path string) (Config, error) {
 
 // ConfigFromEnv reads KIROKU_SERVER, KIROKU_ENTITY, KIROKU_KEY_VERSION,
 // KIROKU_SECRET (hex) or KIROKU_SECRET_FILE, KIROKU_PRIVATE_KEY_FILE,
-// KIROKU_CERT_FILE and KIROKU_ADMIN_TOKEN_FILE.
+// KIROKU_CERT_FILE, KIROKU_ADMIN_TOKEN_FILE, and for Auditor mode
+// KIROKU_MODE, KIROKU_AUDITOR, KIROKU_AUDITOR_KEY (a fingerprint) or
+// KIROKU_AUDITOR_KEY_FILE, and KIROKU_AUDITOR_ADMIN_TOKEN_FILE.
 func ConfigFromEnv() (Config, error) {
 	fc := fileConfig{Server: os.Getenv("KIROKU_SERVER"), Entity: os.Getenv("KIROKU_ENTITY"),
 		SecretHex: os.Getenv("KIROKU_SECRET"), SecretFile: os.Getenv("KIROKU_SECRET_FILE"),
 		PrivateKeyFile: os.Getenv("KIROKU_PRIVATE_KEY_FILE"), CertFile: os.Getenv("KIROKU_CERT_FILE"),
-		AdminTokenFile: os.Getenv("KIROKU_ADMIN_TOKEN_FILE")}
+		AdminTokenFile: os.Getenv("KIROKU_ADMIN_TOKEN_FILE"), Mode: os.Getenv("KIROKU_MODE"), Auditor: os.Getenv("KIROKU_AUDITOR"),
+		AuditorKey: os.Getenv("KIROKU_AUDITOR_KEY"), AuditorKeyFile: os.Getenv("KIROKU_AUDITOR_KEY_FILE"),
+		AuditorAdminTokenFile: os.Getenv("KIROKU_AUDITOR_ADMIN_TOKEN_FILE")}
 	if v := os.Getenv("KIROKU_KEY_VERSION"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
@@ -140,7 +179,7 @@ func ConfigFromEnv() (Config, error) {
 }
 
 func (fc fileConfig) resolve(dir string) (Config, error) {
-	c := Config{Server: fc.Server, Entity: fc.Entity, KeyVersion: fc.KeyVersion}
+	c := Config{Server: fc.Server, Entity: fc.Entity, KeyVersion: fc.KeyVersion, Mode: fc.Mode, Auditor: fc.Auditor, AuditorKey: fc.AuditorKey}
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -179,6 +218,20 @@ func (fc fileConfig) resolve(dir string) (Config, error) {
 		return c, err
 	}
 	c.AdminToken = strings.TrimSpace(string(tok))
+	if fc.AuditorKeyFile != "" {
+		if fc.AuditorKey != "" {
+			return c, errors.New("client: config: auditor_key and auditor_key_file both set; pick one")
+		}
+		b, err := read(fc.AuditorKeyFile)
+		if err != nil {
+			return c, err
+		}
+		c.AuditorKey = string(b)
+	}
+	if tok, err = read(fc.AuditorAdminTokenFile); err != nil {
+		return c, err
+	}
+	c.AuditorAdminToken = strings.TrimSpace(string(tok))
 	return c, nil
 }
 
@@ -194,7 +247,8 @@ type Client struct {
 	cfg     Config
 	opts    []grpc.DialOption
 	servers []string
-	signer  auth.Signer // nil: the client can only read
+	signer  auth.Signer  // nil: the client can only read
+	aud     *auditorConn // the Auditor, in Auditor mode; else nil
 
 	mu      sync.Mutex
 	cur     *target
@@ -255,9 +309,15 @@ func Dial(cfg Config) (*Client, error) {
 	c.opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
 		grpc.WithStaticStreamWindowSize(api.StreamWindow), grpc.WithStaticConnWindowSize(api.ConnWindow)}, cfg.DialOptions...)
+	if err := c.dialAuditor(cfg); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cur, err = c.targetLocked(c.servers[0]); err != nil {
+		if c.aud != nil {
+			c.aud.conn.Close()
+		}
 		return nil, err
 	}
 	return c, nil
@@ -338,6 +398,9 @@ func (c *Client) Close() error {
 			t.mux.close()
 		}
 		errs = append(errs, t.conn.Close())
+	}
+	if c.aud != nil {
+		errs = append(errs, c.aud.conn.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -448,7 +511,10 @@ func fromStatus(err error, trailer metadata.MD) error {
 		return err
 	}
 	if kinds := trailer.Get(wire.ErrorKindKey); len(kinds) > 0 {
-		if s := proof.KindError(kinds[0]); s != nil {
+		if s := proof.KindError(kinds[0]); s == proof.ErrByzantineFault {
+			// The caller knows the nonce (Validate sets it).
+			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: wire.FaultFromTrailer("", st.Message(), trailer)}
+		} else if s != nil {
 			return &Error{Code: st.Code(), Kind: kinds[0], Msg: st.Message(), sentinel: s}
 		}
 		if kinds[0] == wire.KindConflict {
@@ -458,9 +524,10 @@ func fromStatus(err error, trailer metadata.MD) error {
 	return &Error{Code: st.Code(), Msg: st.Message()}
 }
 
-// Error is a failed call: the gRPC code, the ledger's error kind if any,
-// and the server's message. errors.Is matches the sentinel of Kind: the
-// ledger's, or ErrConflict for "conflict".
+// Error is a failed call: the gRPC code, the ledger's (or the Auditor's)
+// error kind if any, and the server's message. errors.Is matches the
+// sentinel of Kind: the ledger's, or ErrConflict for "conflict"; for
+// "byzantine_fault", errors.As finds the *proof.ByzantineFault too.
 type Error struct {
 	Code     codes.Code
 	Kind     string

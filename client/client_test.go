@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,6 +301,40 @@ func TestConfigFile(t *testing.T) {
 	if _, err := client.ConfigFromEnv(); err == nil {
 		t.Fatal("a secret that is not hex must be an error")
 	}
+}
+
+// TestAuditorModeConfig: Auditor mode reads its fields from files, and
+// Dial refuses a mode it does not know, an Auditor without an address or
+// pinned key, and a key that is neither PEM nor a fingerprint.
+func TestAuditorModeConfig(t *testing.T) {
+	dir := t.TempDir()
+	pub := "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+	os.WriteFile(filepath.Join(dir, "auditor.pem"), []byte(pub), 0o600)
+	os.WriteFile(filepath.Join(dir, "auditor.token"), []byte(" t0k3n \n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "c.json"), []byte(`{"server":"127.0.0.1:1","entity":"bob","secret_hex":"00",
+		"mode":"auditor","auditor":"127.0.0.1:2","auditor_key_file":"auditor.pem","auditor_admin_token_file":"auditor.token"}`), 0o600)
+	cfg, err := client.LoadConfig(filepath.Join(dir, "c.json"))
+	if err != nil || cfg.Mode != client.ModeAuditor || cfg.Auditor != "127.0.0.1:2" || cfg.AuditorKey != pub || cfg.AuditorAdminToken != "t0k3n" {
+		t.Fatalf("config %+v %v", cfg, err)
+	}
+	fp := strings.Repeat("ab", 32)
+	for name, c := range map[string]client.Config{
+		"unknown mode":     {Mode: "validator"},
+		"no Auditor":       {Mode: client.ModeAuditor, AuditorKey: fp},
+		"no pinned key":    {Mode: client.ModeAuditor, Auditor: "127.0.0.1:2"},
+		"a key of nothing": {Mode: client.ModeAuditor, Auditor: "127.0.0.1:2", AuditorKey: "abc"},
+		"a bad PEM":        {Mode: client.ModeAuditor, Auditor: "127.0.0.1:2", AuditorKey: "-----BEGIN PUBLIC KEY-----\nAA==\n-----END PUBLIC KEY-----\n"},
+	} {
+		if c, err := client.Dial(c); err == nil {
+			c.Close()
+			t.Errorf("%s: Dial accepted it", name)
+		}
+	}
+	c, err := client.Dial(client.Config{Mode: client.ModeAuditor, Auditor: "127.0.0.1:2", AuditorKey: fp})
+	if err != nil {
+		t.Fatalf("a pinned fingerprint: %v", err)
+	}
+	c.Close()
 }
 
 // losingStream loses the messages holding a reply lose picks: RecvMsg fails as a broken
