@@ -152,7 +152,7 @@ Existing keys are kept.`,
 	}
 	initCmd.Flags().StringVar(&dir, "data-dir", "kiroku-data", "the data directory whose keys directory to fill")
 	initCmd.Flags().StringVar(&scheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
-	cmd.AddCommand(initCmd)
+	cmd.AddCommand(initCmd, keysAuditorCmd())
 	return cmd
 }
 

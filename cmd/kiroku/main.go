@@ -73,7 +73,7 @@ func rootCmd() *cobra.Command {
 		Short:        "kiroku: a tamper-evident transactional database and ledger",
 		SilenceUsage: true,
 	}
-	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), demoCmd(), validateCmd(), keysCmd(), clusterCmd())
+	root.AddCommand(versionCmd(), benchCmd(), serverCmd(), auditorCmd(), demoCmd(), validateCmd(), keysCmd(), clusterCmd())
 	root.AddCommand(clientCmds()...)
 	return root
 }

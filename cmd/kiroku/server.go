@@ -136,7 +136,7 @@ only with that Auditor's signed order token for it, and lets only that Auditor a
 	f.StringVar(&o.CassandraLocalDC, "cassandra-local-dc", "", "the Cassandra datacenter whose nodes are preferred")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 	f.StringVar(&adminTokenFile, "admin-token-file", "", "file holding the administrator token that enables identity registration")
-	f.StringVar(&auditorKey, "auditor-key", "", "run with the Auditor whose ECDSA public key this is: PEM, or a file holding it")
+	f.StringVar(&auditorKey, "auditor-key", "", "run with the Auditor whose ECDSA public key this is: PEM, or a file holding it ('kiroku keys auditor' prints it)")
 	f.StringVar(&proofScheme, "proof-scheme", "ecdsa", "how the ledger signs proofs: ecdsa or hmac")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&logJSON, "log-json", false, "log in JSON")
