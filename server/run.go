@@ -18,6 +18,13 @@
 // such call may cost is bounded: a validation checks at most
 // Limits.MaxValidateVersions versions and says where it stopped.
 //
+// A server started with an Auditor's public key (Options.AuditorKeyPEM,
+// --auditor-key) trusts that Auditor, the second domain, for two things
+// only: it runs a request only with the Auditor's signed, unexpired
+// order token for exactly that request, and it lets the Auditor alone
+// (a signed proof.AbortRequest) record a nonce as aborted. The Auditor's
+// server is package auditor/auditorsrv.
+//
 // # Keys
 //
 // On first start the server creates, in <data-dir>/keys, the ledger's proof
