@@ -30,6 +30,12 @@ const (
 	// Validate. A result is returned only with the Auditor's approval of
 	// its receipt, verified with the pinned key.
 	ModeAuditor = "auditor"
+	// ModeValidator sends every call to the ledger, as direct mode does,
+	// for a Validator (package validator) that wraps the client and logs
+	// each request in its database (Config.Validator) before it is sent.
+	// The SDK alone cannot log: an application uses validator.Open on the
+	// client, and the CLI does so itself.
+	ModeValidator = "validator"
 )
 
 // ErrAuditorKey is the cause of an Auditor whose key is not the one the
@@ -52,9 +58,14 @@ func (c *Client) dialAuditor(cfg Config) error {
 	switch cfg.Mode {
 	case "", ModeDirect:
 		return nil
+	case ModeValidator:
+		if cfg.Validator == "" {
+			return errors.New("client: Validator mode needs the Validator's database (Config.Validator)")
+		}
+		return nil
 	case ModeAuditor:
 	default:
-		return fmt.Errorf("client: unknown mode %q (direct or auditor)", cfg.Mode)
+		return fmt.Errorf("client: unknown mode %q (direct, validator or auditor)", cfg.Mode)
 	}
 	if cfg.Auditor == "" || cfg.AuditorKey == "" {
 		return errors.New("client: Auditor mode needs the Auditor's address and its key (PEM or fingerprint)")

@@ -93,11 +93,17 @@ type Config struct {
 	UnaryCalls bool `json:"-"`
 
 	// Mode is how executions go: ModeDirect ("direct"; "" means it) to the
-	// ledger alone, or ModeAuditor ("auditor") through the Auditor at
-	// Auditor, which orders each request, and validates and countersigns
-	// the ledger's result before Execute returns it (ExecuteAudited).
-	// Identity and contract registrations then go to both domains.
+	// ledger alone; ModeValidator ("validator") to the ledger, logged first
+	// by a Validator over the database Validator names; or ModeAuditor
+	// ("auditor") through the Auditor at Auditor, which orders each
+	// request, and validates and countersigns the ledger's result before
+	// Execute returns it (ExecuteAudited). Identity and contract
+	// registrations then go to both domains.
 	Mode string `json:"mode"`
+	// Validator is the Validator's database, for ModeValidator:
+	// "engine:DIR", "postgres:DSN" or "cassandra:HOST:PORT,...". The SDK
+	// carries it for the Validator that wraps the client.
+	Validator string `json:"validator"`
 	// Auditor is the Auditor's host:port, for ModeAuditor.
 	Auditor string `json:"auditor"`
 	// AuditorKey pins the Auditor's key, for ModeAuditor (required): its
@@ -124,6 +130,7 @@ type fileConfig struct {
 	CertFile       string `json:"certificate_file"`
 	AdminTokenFile string `json:"admin_token_file"`
 	Mode           string `json:"mode"`
+	Validator      string `json:"validator"`
 	Auditor        string `json:"auditor"`
 	// AuditorKey is a fingerprint or PEM text; AuditorKeyFile a PEM file.
 	AuditorKey            string `json:"auditor_key"`
@@ -158,14 +165,14 @@ func LoadConfig(path string) (Config, error) {
 
 // ConfigFromEnv reads KIROKU_SERVER, KIROKU_ENTITY, KIROKU_KEY_VERSION,
 // KIROKU_SECRET (hex) or KIROKU_SECRET_FILE, KIROKU_PRIVATE_KEY_FILE,
-// KIROKU_CERT_FILE, KIROKU_ADMIN_TOKEN_FILE, and for Auditor mode
-// KIROKU_MODE, KIROKU_AUDITOR, KIROKU_AUDITOR_KEY (a fingerprint) or
+// KIROKU_CERT_FILE, KIROKU_ADMIN_TOKEN_FILE, KIROKU_MODE, for Validator
+// mode KIROKU_VALIDATOR, and for Auditor mode KIROKU_AUDITOR, KIROKU_AUDITOR_KEY (a fingerprint) or
 // KIROKU_AUDITOR_KEY_FILE, and KIROKU_AUDITOR_ADMIN_TOKEN_FILE.
 func ConfigFromEnv() (Config, error) {
 	fc := fileConfig{Server: os.Getenv("KIROKU_SERVER"), Entity: os.Getenv("KIROKU_ENTITY"),
 		SecretHex: os.Getenv("KIROKU_SECRET"), SecretFile: os.Getenv("KIROKU_SECRET_FILE"),
 		PrivateKeyFile: os.Getenv("KIROKU_PRIVATE_KEY_FILE"), CertFile: os.Getenv("KIROKU_CERT_FILE"),
-		AdminTokenFile: os.Getenv("KIROKU_ADMIN_TOKEN_FILE"), Mode: os.Getenv("KIROKU_MODE"), Auditor: os.Getenv("KIROKU_AUDITOR"),
+		AdminTokenFile: os.Getenv("KIROKU_ADMIN_TOKEN_FILE"), Mode: os.Getenv("KIROKU_MODE"), Validator: os.Getenv("KIROKU_VALIDATOR"), Auditor: os.Getenv("KIROKU_AUDITOR"),
 		AuditorKey: os.Getenv("KIROKU_AUDITOR_KEY"), AuditorKeyFile: os.Getenv("KIROKU_AUDITOR_KEY_FILE"),
 		AuditorAdminTokenFile: os.Getenv("KIROKU_AUDITOR_ADMIN_TOKEN_FILE")}
 	if v := os.Getenv("KIROKU_KEY_VERSION"); v != "" {
@@ -179,7 +186,8 @@ func ConfigFromEnv() (Config, error) {
 }
 
 func (fc fileConfig) resolve(dir string) (Config, error) {
-	c := Config{Server: fc.Server, Entity: fc.Entity, KeyVersion: fc.KeyVersion, Mode: fc.Mode, Auditor: fc.Auditor, AuditorKey: fc.AuditorKey}
+	c := Config{Server: fc.Server, Entity: fc.Entity, KeyVersion: fc.KeyVersion, Mode: fc.Mode, Validator: fc.Validator, Auditor: fc.Auditor,
+		AuditorKey: fc.AuditorKey}
 	read := func(p string) ([]byte, error) {
 		if p == "" {
 			return nil, nil
@@ -407,6 +415,15 @@ func (c *Client) Close() error {
 
 // Entity returns the client's entity id and key version.
 func (c *Client) Entity() (string, uint32) { return c.cfg.Entity, c.cfg.KeyVersion }
+
+// Mode is the client's mode (Config.Mode; "" is ModeDirect) and, in
+// ModeValidator, the Validator database it names (Config.Validator).
+func (c *Client) Mode() (mode, validator string) {
+	if c.cfg.Mode == "" {
+		return ModeDirect, ""
+	}
+	return c.cfg.Mode, c.cfg.Validator
+}
 
 func (c *Client) needSigner() error {
 	if c.signer == nil {

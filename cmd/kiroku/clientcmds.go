@@ -24,12 +24,19 @@ type clientFlags struct {
 	config string
 	server string
 	asJSON bool
+	// The mode, and what it needs; each overrides the config's.
+	mode, validator, auditor, auditorKey string
 }
 
 func (cf *clientFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&cf.config, "config", "", "client config file (JSON); default: KIROKU_* environment variables")
-	cmd.Flags().StringVar(&cf.server, "server", "", "server address (overrides the config)")
-	cmd.Flags().BoolVar(&cf.asJSON, "json", false, "print JSON")
+	f := cmd.Flags()
+	f.StringVar(&cf.config, "config", "", "client config file (JSON); default: KIROKU_* environment variables")
+	f.StringVar(&cf.server, "server", "", "server address (overrides the config)")
+	f.BoolVar(&cf.asJSON, "json", false, "print JSON")
+	f.StringVar(&cf.mode, "mode", "", "direct, validator (a Validator logs each request first; see --validator) or auditor (through the Auditor at --auditor); overrides the config's mode")
+	f.StringVar(&cf.validator, "validator", "", "the Validator database for --mode validator: engine:DIR, postgres:DSN or cassandra:HOST:PORT,...")
+	f.StringVar(&cf.auditor, "auditor", "", "the Auditor's address for --mode auditor")
+	f.StringVar(&cf.auditorKey, "auditor-key", "", "the Auditor's key for --mode auditor: its fingerprint, or a PEM file")
 }
 
 func (cf *clientFlags) dial() (*client.Client, error) {
@@ -45,6 +52,17 @@ func (cf *clientFlags) dial() (*client.Client, error) {
 	}
 	if cf.server != "" {
 		cfg.Server = cf.server
+	}
+	for _, o := range []struct{ flag, to *string }{{&cf.mode, &cfg.Mode}, {&cf.validator, &cfg.Validator}, {&cf.auditor, &cfg.Auditor}} {
+		if *o.flag != "" {
+			*o.to = *o.flag
+		}
+	}
+	if cf.auditorKey != "" {
+		cfg.AuditorKey = cf.auditorKey
+		if b, err := os.ReadFile(cf.auditorKey); err == nil {
+			cfg.AuditorKey = string(b)
+		}
 	}
 	return client.Dial(cfg)
 }
@@ -153,7 +171,7 @@ func clientCmds() []*cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				res, err := c.ExecuteRequest(ctx, r)
+				res, err := executeInMode(ctx, c, r)
 				if err != nil {
 					return nil, err
 				}

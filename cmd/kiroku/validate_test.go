@@ -311,3 +311,51 @@ func TestMachineCell(t *testing.T) {
 		}
 	}
 }
+
+// TestValidatorMode: execute-contract --mode validator logs each request
+// in the Validator database before the ledger runs it, so `kiroku
+// validate` over that database validates what the CLI executed; a mode
+// without what it needs is refused before anything is sent.
+func TestValidatorMode(t *testing.T) {
+	ctx := context.Background()
+	const token = "cli-test-token-0123456789"
+	srv, err := server.Start(ctx, server.Options{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		AdminToken: token, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(time.Second)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vdir := filepath.Join(dir, "validator")
+	cfg := filepath.Join(dir, "client.json")
+	if err := os.WriteFile(cfg, []byte(`{"server":"`+srv.Addr()+`","entity":"ops","secret_hex":"`+strings.Repeat("ef", 32)+
+		`","admin_token_file":"token","mode":"validator","validator":"engine:`+vdir+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "register-secret", "--config", cfg); err != nil {
+		t.Fatalf("register-secret: %v\n%s", err, out)
+	}
+	for i, call := range [][2]string{{"builtin.bulk_load", `{"prefix":"m","first":0,"count":2,"payload":"x"}`},
+		{"builtin.ycsb_f", `{"id":"m0","payload":"p"}`}, {"builtin.ycsb_f", `{"id":"m1","payload":"p"}`}} {
+		out, err := run(t, "execute-contract", "--config", cfg, "--contract-id", call[0], "--contract-argument", call[1],
+			"--nonce", fmt.Sprintf("vm-%d", i))
+		if err != nil {
+			t.Fatalf("execute-contract in validator mode: %v\n%s", err, out)
+		}
+	}
+	out, err := run(t, "validate", "--config", cfg, "--validator-dir", vdir)
+	if err != nil || !strings.Contains(out, "validated 3 transactions") || !strings.Contains(out, "no violations") {
+		t.Fatalf("validate after CLI executions in validator mode: %v\n%s", err, out)
+	}
+	if out, err := run(t, "execute-contract", "--config", cfg, "--validator", "", "--mode", "validator", "--contract-id", "builtin.ycsb_f",
+		"--contract-argument", `{"id":"m0","payload":"q"}`, "--server", srv.Addr()); err != nil {
+		t.Fatalf("flags that override nothing changed the mode: %v\n%s", err, out)
+	}
+	if out, err := run(t, "execute-contract", "--config", cfg, "--mode", "sideways", "--contract-id", "builtin.ycsb_f",
+		"--contract-argument", `{"id":"z","payload":"p"}`); err == nil || !strings.Contains(err.Error(), "unknown mode") {
+		t.Fatalf("an unknown mode: %v\n%s", err, out)
+	}
+}
