@@ -8,17 +8,22 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kiroku-db/kiroku/auditor/auditorsrv"
 	"github.com/kiroku-db/kiroku/auth"
 	"github.com/kiroku-db/kiroku/client"
+	"github.com/kiroku-db/kiroku/engine"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/proof"
 	"github.com/kiroku-db/kiroku/server"
 	"github.com/kiroku-db/kiroku/storage"
 	"github.com/kiroku-db/kiroku/storage/backends"
+	"github.com/kiroku-db/kiroku/validator"
 )
 
 // demoContract records an inspection result for a piece of equipment.
@@ -45,6 +50,7 @@ func demoCmd() *cobra.Command {
 		dataDir string
 		cluster bool
 		db      demoBackend
+		mode    string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -63,9 +69,17 @@ func demoCmd() *cobra.Command {
 				if db.name != "engine" {
 					return fmt.Errorf("demo: a cluster's members run the embedded engine, not --backend %s", db.name)
 				}
+				if mode != client.ModeDirect {
+					return fmt.Errorf("demo: --cluster runs in direct mode only")
+				}
 				return runClusterDemo(cmd.Context(), cmd.OutOrStdout(), dataDir)
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir, db)
+			switch mode {
+			case client.ModeDirect, client.ModeValidator, client.ModeAuditor:
+			default:
+				return fmt.Errorf("demo: unknown --mode %q (direct, validator or auditor)", mode)
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dataDir, db, mode)
 		},
 	}
 	f := cmd.Flags()
@@ -75,6 +89,7 @@ func demoCmd() *cobra.Command {
 	f.StringVar(&db.cfg.DSN, "postgres-dsn", os.Getenv("KIROKU_PG_DSN"), "PostgreSQL DSN for --backend=postgres (default $KIROKU_PG_DSN)")
 	f.StringVar(&db.cfg.Contacts, "cassandra-contacts", os.Getenv("KIROKU_CASSANDRA_CONTACTS"), "Cassandra contact points for --backend=cassandra (default $KIROKU_CASSANDRA_CONTACTS)")
 	f.StringVar(&db.cfg.Keyspace, "cassandra-keyspace", "kiroku_demo", "the keyspace for --backend=cassandra")
+	f.StringVar(&mode, "mode", client.ModeDirect, "how the client executes: direct; validator (a Validator logs every request in an engine database in the data directory, and validates them at the end); or auditor (an Auditor started beside the ledger orders, validates and countersigns every execution)")
 	return cmd
 }
 
@@ -144,7 +159,7 @@ func (d demoBackend) describe(dataDir string) string {
 	return d.name
 }
 
-func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (err error) {
+func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend, mode string) (err error) {
 	step := func(format string, a ...any) { fmt.Fprintf(w, "\n== "+format+"\n", a...) }
 	token := make([]byte, 16)
 	if _, err := rand.Read(token); err != nil {
@@ -159,9 +174,17 @@ func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (
 			err = fmt.Errorf("demo: dropping what it created: %w", cerr)
 		}
 	}()
-	srv, err := server.Start(ctx, server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", AdminToken: hex.EncodeToString(token),
+	opts := server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", AdminToken: hex.EncodeToString(token),
 		Backend: db.name, PostgresDSN: db.cfg.DSN, CassandraContacts: db.cfg.Contacts, CassandraKeyspace: db.cfg.Keyspace,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	audDir := filepath.Join(dataDir, "auditor")
+	var audPrint string
+	if mode == client.ModeAuditor {
+		if opts.AuditorKeyPEM, audPrint, err = auditorsrv.InitKey(audDir); err != nil {
+			return err
+		}
+	}
+	srv, err := server.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -173,12 +196,37 @@ func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (
 	if err != nil {
 		return err
 	}
-	c, err := client.Dial(client.Config{Server: srv.Addr(), Entity: "inspector-1", KeyVersion: 1,
-		PrivateKeyPEM: keyPEM, CertificatePEM: certPEM, AdminToken: hex.EncodeToString(token)})
+	ccfg := client.Config{Server: srv.Addr(), Entity: "inspector-1", KeyVersion: 1,
+		PrivateKeyPEM: keyPEM, CertificatePEM: certPEM, AdminToken: hex.EncodeToString(token)}
+	if mode == client.ModeAuditor {
+		aud, err := auditorsrv.Start(ctx, auditorsrv.Options{DataDir: audDir, Listen: "127.0.0.1:0", AdminToken: hex.EncodeToString(token),
+			Ledger: srv.Addr(), LedgerKey: srv.Key.Fingerprint, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			return err
+		}
+		defer aud.Stop(5 * time.Second)
+		step("Started an Auditor on %s (its own engine and key, fingerprint %s); the ledger runs only what it orders", aud.Addr(), audPrint)
+		ccfg.Mode, ccfg.Auditor, ccfg.AuditorKey = client.ModeAuditor, aud.Addr(), audPrint
+	}
+	c, err := client.Dial(ccfg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	execute := func(contract string, arg []byte) (*proof.Result, error) { return c.Execute(ctx, contract, arg) }
+	var val *validator.Validator
+	if mode == client.ModeValidator {
+		vdb, err := engine.Open(engine.Config{Dir: filepath.Join(dataDir, "validator")})
+		if err != nil {
+			return err
+		}
+		defer vdb.Close()
+		if val, err = validator.Open(ctx, validator.Config{DB: vdb, Client: c}); err != nil {
+			return err
+		}
+		execute = func(contract string, arg []byte) (*proof.Result, error) { return val.Execute(ctx, contract, arg) }
+		step("Opened a Validator on its own engine in %s: it logs every request before the ledger sees it", filepath.Join(dataDir, "validator"))
+	}
 	if err := c.RegisterCertificate(ctx); err != nil {
 		return err
 	}
@@ -197,7 +245,7 @@ func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (
 		`{"equipment":"crane-2","inspector":"suzuki","result":"pass"}`,
 	}
 	for _, a := range runs {
-		res, err := c.Execute(ctx, "inspection", []byte(a))
+		res, err := execute("inspection", []byte(a))
 		if err != nil {
 			return err
 		}
@@ -206,7 +254,7 @@ func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (
 			printProof(w, proofJSON(&res.Proofs[i]))
 		}
 	}
-	_, err = c.Execute(ctx, "inspection", []byte(`{"equipment":"boiler-7","inspector":"x","result":"maybe"}`))
+	_, err = execute("inspection", []byte(`{"equipment":"boiler-7","inspector":"x","result":"maybe"}`))
 	fmt.Fprintf(w, "a bad result is refused and writes nothing: %v\n", err)
 
 	step("History of boiler-7, with proofs:")
@@ -227,6 +275,19 @@ func runDemo(ctx context.Context, w io.Writer, dataDir string, db demoBackend) (
 		return fmt.Errorf("demo: the untouched ledger fails validation: %s", (&validationFailed{v}).Error())
 	}
 	printValidation(w, v)
+	switch mode {
+	case client.ModeAuditor:
+		fmt.Fprintln(w, "every execution above was ordered, validated and countersigned by the Auditor, its approval verified")
+	case client.ModeValidator:
+		rep, err := val.Validate(ctx, validator.Scope{})
+		if err != nil {
+			return err
+		}
+		if !rep.OK() {
+			return fmt.Errorf("demo: the Validator found violations in an honest run: %v", rep.Violations)
+		}
+		fmt.Fprintf(w, "the Validator validated %d logged transactions: no violations\n", rep.Validated)
+	}
 
 	step("Tampering: rewriting boiler-7 version 1 in storage, behind the ledger's back (failure → pass)")
 	tampered := `{"failures":0,"inspections":2,"last":{"inspector":"tanaka","notes":"","result":"pass"}}`

@@ -31,6 +31,27 @@ func TestDemo(t *testing.T) {
 	}
 }
 
+// TestDemoModes: the demo runs with a Validator logging every request and
+// validating them, and with an Auditor ordering and countersigning every
+// execution; the tampering is detected either way.
+func TestDemoModes(t *testing.T) {
+	for mode, want := range map[string]string{"validator": "the Validator validated 5 logged transactions: no violations",
+		"auditor": "countersigned by the Auditor"} {
+		out, err := run(t, "demo", "--mode", mode)
+		if err != nil {
+			t.Fatalf("demo --mode %s: %v\n%s", mode, err, out)
+		}
+		for _, w := range []string{want, "3 versions valid", "DETECTED: asset boiler-7 version 1 fails hash"} {
+			if !strings.Contains(out, w) {
+				t.Fatalf("demo --mode %s output lacks %q:\n%s", mode, w, out)
+			}
+		}
+	}
+	if out, err := run(t, "demo", "--mode", "sideways"); err == nil {
+		t.Fatalf("demo with an unknown mode ran:\n%s", out)
+	}
+}
+
 // TestDemoOnCassandra: the demo's tamper detection works the same way on
 // Cassandra, and the demo leaves the keyspace without the tables it made.
 func TestDemoOnCassandra(t *testing.T) {
