@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiroku-db/kiroku/client"
 	"github.com/kiroku-db/kiroku/ledger"
+	"github.com/kiroku-db/kiroku/storage/cassandra"
 )
 
 // LedgerConfig configures the ledger benchmark (seed 000's YCSB runs).
@@ -47,6 +48,10 @@ type LedgerConfig struct {
 	// process together kept busy, the run's own and any other (a Validator
 	// database's server among them).
 	Machine func() (time.Duration, int, error)
+	// Store, if set, reads the requests the server's store has sent to
+	// its database (Cassandra's Stats); each point then reports them per
+	// committed transaction.
+	Store func() cassandra.Stats
 }
 
 func (c *LedgerConfig) validate() error {
@@ -81,11 +86,13 @@ type Executor interface {
 
 // LedgerPoint is one thread count's figures.
 type LedgerPoint struct {
-	Threads int     `json:"threads"`
-	Txs     int64   `json:"committed"`
-	Errors  int64   `json:"errors"`
-	TPS     float64 `json:"tx_per_s"`
-	Latency Latency `json:"latency"`
+	Threads int   `json:"threads"`
+	Txs     int64 `json:"committed"`
+	Errors  int64 `json:"errors"`
+	// FirstError is the first failed call's error, when Errors > 0.
+	FirstError string  `json:"first_error,omitempty"`
+	TPS        float64 `json:"tx_per_s"`
+	Latency    Latency `json:"latency"`
 	// Off is the same workload and threads through the bare client, in
 	// the same run, when the measured executor is a Validator.
 	Off *LedgerPoint `json:"validator_off,omitempty"`
@@ -111,6 +118,18 @@ type LedgerPoint struct {
 	// process kept busy during the run, when LedgerConfig.Machine is set.
 	MachineCPUsBusy float64 `json:"machine_cpus_busy,omitempty"`
 	MachineCPUs     int     `json:"machine_cpus,omitempty"`
+	// Store is what the store sent its database per committed
+	// transaction, on average, when LedgerConfig.Store is set: the
+	// conflicts' and retries' requests are counted too.
+	Store *StorePerTx `json:"store_per_tx,omitempty"`
+}
+
+// StorePerTx is a store's requests per committed transaction.
+type StorePerTx struct {
+	Requests    float64 `json:"requests"`     // round trips to the database
+	CondWrites  float64 `json:"cond_writes"`  // lightweight transactions (Paxos rounds)
+	SerialReads float64 `json:"serial_reads"` // SERIAL reads (Paxos reads)
+	Reads       float64 `json:"reads"`        // other reads
 }
 
 // LedgerLoad is how the database was loaded.
@@ -326,6 +345,10 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	if err != nil {
 		return LedgerPoint{}, err
 	}
+	var store0 cassandra.Stats
+	if cfg.Store != nil {
+		store0 = cfg.Store()
+	}
 	var machine0 time.Duration
 	if cfg.Machine != nil {
 		if machine0, _, err = cfg.Machine(); err != nil {
@@ -382,6 +405,9 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 	}
 	p := LedgerPoint{Threads: threads, Txs: txs.Load(), Errors: errs.Load(), TPS: float64(txs.Load()) / el.Seconds(),
 		Latency: latencyOf(hist)}
+	if fatal != nil {
+		p.FirstError = fatal.Error()
+	}
 	if cfg.CPU != nil && p.Txs > 0 {
 		cpu1, err := readClocks(cfg.CPU, cfg.ServerCPU)
 		if err != nil {
@@ -392,6 +418,11 @@ func ledgerLoop(ctx context.Context, c *client.Client, exec Executor, cfg Ledger
 		if cfg.ServerCPU != nil {
 			p.ServerCPUsBusy = (cpu1[1] - cpu0[1]).Seconds() / el.Seconds()
 		}
+	}
+	if cfg.Store != nil && p.Txs > 0 {
+		d, n := cfg.Store().Sub(store0), float64(p.Txs)
+		p.Store = &StorePerTx{Requests: float64(d.Requests) / n, CondWrites: float64(d.CondWrites) / n,
+			SerialReads: float64(d.SerialReads) / n, Reads: float64(d.Reads) / n}
 	}
 	if cfg.Machine != nil {
 		machine1, cpus, err := cfg.Machine()

@@ -55,6 +55,14 @@ func (p *PGRaw) Put(ctx context.Context, key int64, value []byte) error {
 	return err
 }
 
+func (p *PGRaw) CondPut(ctx context.Context, key int64, old, value []byte) error {
+	tag, err := p.pool.Exec(ctx, "UPDATE "+p.schema+".kv SET v = $1 WHERE k = $2 AND v = $3", value, key, old)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("key %d: the condition did not hold", key)
+	}
+	return err
+}
+
 func (p *PGRaw) Get(ctx context.Context, key int64) error {
 	var v []byte
 	return p.pool.QueryRow(ctx, "SELECT k, v FROM "+p.schema+".kv WHERE k = $1", key).Scan(new(int64), &v)

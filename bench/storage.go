@@ -25,9 +25,9 @@ import (
 type StorageConfig struct {
 	Ops       int           // single-client operations per latency measurement; 0 = 2000
 	ValueSize int           // bytes per value; 0 = 100
-	Workers   int           // bank goroutines; 0 = 16
+	Workers   int           // bank and conditional-put goroutines; 0 = 16
 	Accounts  int           // bank accounts; 0 = 1000
-	Duration  time.Duration // bank run length; 0 = 5s
+	Duration  time.Duration // bank and conditional-put run length; 0 = 5s
 	Runs      int           // repetitions; medians are reported; 0 = 3
 }
 
@@ -62,14 +62,23 @@ type Target interface {
 	// Setup creates the tables and loads accounts accounts with balance 1000.
 	Setup(ctx context.Context, accounts int) error
 	Put(ctx context.Context, key int64, value []byte) error
+	// CondPut replaces key's value old with value, on condition that it is
+	// old (a compare-and-set, atomic with the write), and fails if it is not.
+	CondPut(ctx context.Context, key int64, old, value []byte) error
 	Get(ctx context.Context, key int64) error
 	// Transfer moves amount between two accounts in one serializable
 	// transaction, retrying conflicts; it returns the number of retries.
+	// ErrNoTransactions (from Transfer and Total): the target has no
+	// transactions, and the bank is not run for it.
 	Transfer(ctx context.Context, from, to, amount int64) (retries int, err error)
 	// Total is the sum of all balances, to check the bank kept its money.
 	Total(ctx context.Context) (int64, error)
 	Teardown(ctx context.Context) error
 }
+
+// ErrNoTransactions is a target's answer to Transfer when it has no
+// transactions to run the bank with.
+var ErrNoTransactions = errors.New("bench: the target has no transactions")
 
 // Latency is a latency distribution.
 type Latency struct {
@@ -90,10 +99,15 @@ type BankResult struct {
 
 // TargetResult is one target's figures in one run.
 type TargetResult struct {
-	Target string     `json:"target"`
-	Put    Latency    `json:"put"`
-	Get    Latency    `json:"get"`
-	Bank   BankResult `json:"bank"`
+	Target  string  `json:"target"`
+	Put     Latency `json:"put"`
+	CondPut Latency `json:"cond_put"`
+	// CondPutTPS is conditional puts per second from Workers concurrent
+	// clients, each on keys of its own (no conflicts).
+	CondPutTPS float64    `json:"cond_put_per_s"`
+	Get        Latency    `json:"get"`
+	Bank       BankResult `json:"bank"`
+	NoBank     bool       `json:"no_bank,omitempty"` // the target has no transactions
 }
 
 func latencyOf(h *hdrhistogram.Histogram) Latency {
@@ -117,8 +131,9 @@ func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progre
 			return nil, fmt.Errorf("bench: %s setup: %w", t.Name(), err)
 		}
 	}
-	value := make([]byte, cfg.ValueSize)
+	value, value2 := make([]byte, cfg.ValueSize), make([]byte, cfg.ValueSize)
 	_, _ = rand.Read(value)
+	_, _ = rand.Read(value2)
 	var runs [][]TargetResult
 	for run := 0; run < cfg.Runs; run++ {
 		var results []TargetResult
@@ -134,6 +149,22 @@ func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progre
 				_ = h.RecordValue(time.Since(start).Microseconds())
 			}
 			r.Put = latencyOf(h)
+			// A compare-and-set of each key just written.
+			h = newHist()
+			for i := 0; i < cfg.Ops; i++ {
+				start := time.Now()
+				if err := t.CondPut(ctx, base+int64(i), value, value2); err != nil {
+					return nil, fmt.Errorf("bench: %s conditional put: %w", t.Name(), err)
+				}
+				_ = h.RecordValue(time.Since(start).Microseconds())
+			}
+			r.CondPut = latencyOf(h)
+			// The keys hold value2 now.
+			tps, err := runCondPuts(ctx, t, cfg, base, value2, value)
+			if err != nil {
+				return nil, err
+			}
+			r.CondPutTPS = tps
 			h = newHist()
 			rng := mrand.New(mrand.NewPCG(uint64(run), 1))
 			for i := 0; i < cfg.Ops; i++ {
@@ -146,7 +177,10 @@ func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progre
 			}
 			r.Get = latencyOf(h)
 			bank, err := runBank(ctx, t, cfg, uint64(run))
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrNoTransactions):
+				r.NoBank = true
+			case err != nil:
 				return nil, err
 			}
 			r.Bank = bank
@@ -158,6 +192,53 @@ func RunStorage(ctx context.Context, cfg StorageConfig, targets []Target, progre
 		runs = append(runs, results)
 	}
 	return runs, nil
+}
+
+// runCondPuts runs cfg.Workers clients for cfg.Duration, each
+// compare-and-setting keys of its own among the cfg.Ops keys from base,
+// which hold cur, between cur and next, and returns the puts per second.
+// Afterwards every key holds cur or next.
+func runCondPuts(ctx context.Context, t Target, cfg StorageConfig, base int64, cur, next []byte) (float64, error) {
+	var done atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	workers := min(cfg.Workers, cfg.Ops)
+	began := time.Now()
+	deadline := began.Add(cfg.Duration)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The worker's keys, and what each holds.
+			var keys []int64
+			for k := w; k < cfg.Ops; k += workers {
+				keys = append(keys, base+int64(k))
+			}
+			flipped := make([]bool, len(keys))
+			for i := 0; time.Now().Before(deadline); i = (i + 1) % len(keys) {
+				old, val := cur, next
+				if flipped[i] {
+					old, val = next, cur
+				}
+				if err := t.CondPut(ctx, keys[i], old, val); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("bench: %s conditional put: %w", t.Name(), err)
+					}
+					mu.Unlock()
+					return
+				}
+				flipped[i] = !flipped[i]
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(done.Load()) / time.Since(began).Seconds(), nil
 }
 
 func runBank(ctx context.Context, t Target, cfg StorageConfig, seed uint64) (BankResult, error) {
@@ -250,9 +331,11 @@ func Median(runs [][]TargetResult) []TargetResult {
 				P99Micros:  int64(med(func(c TargetResult) float64 { return float64(f(c).P99Micros) })),
 				MaxMicros:  int64(med(func(c TargetResult) float64 { return float64(f(c).MaxMicros) }))}
 		}
-		out[i] = TargetResult{Target: col[0].Target,
-			Put: lat(func(c TargetResult) Latency { return c.Put }),
-			Get: lat(func(c TargetResult) Latency { return c.Get }),
+		out[i] = TargetResult{Target: col[0].Target, NoBank: col[0].NoBank,
+			Put:        lat(func(c TargetResult) Latency { return c.Put }),
+			CondPut:    lat(func(c TargetResult) Latency { return c.CondPut }),
+			CondPutTPS: med(func(c TargetResult) float64 { return c.CondPutTPS }),
+			Get:        lat(func(c TargetResult) Latency { return c.Get }),
 			Bank: BankResult{
 				Committed: int64(med(func(c TargetResult) float64 { return float64(c.Bank.Committed) })),
 				Retries:   int64(med(func(c TargetResult) float64 { return float64(c.Bank.Retries) })),
@@ -263,9 +346,11 @@ func Median(runs [][]TargetResult) []TargetResult {
 	return out
 }
 
-// StorageTarget measures kiroku's storage API on any backend.
+// StorageTarget measures kiroku's storage API on any backend. DB is a
+// storage.Backend for the bank; a Store without transactions is measured
+// without it.
 type StorageTarget struct {
-	DB    storage.Backend
+	DB    storage.Store
 	Label string
 	ns    string
 }
@@ -293,6 +378,9 @@ func (s *StorageTarget) Setup(ctx context.Context, accounts int) error {
 		Columns:      []storage.Column{{Name: "balance", Type: storage.TypeBigInt}}}); err != nil {
 		return err
 	}
+	if _, ok := s.DB.(storage.Backend); !ok {
+		return nil // no bank
+	}
 	for i := 0; i < accounts; i++ {
 		if err := s.DB.Put(ctx, &storage.Put{Namespace: s.ns, Table: "accounts",
 			Partition: storage.Values{"id": storage.BigInt(int64(i))}, Values: storage.Values{"balance": storage.BigInt(1000)}}); err != nil {
@@ -307,6 +395,11 @@ func (s *StorageTarget) Put(ctx context.Context, key int64, value []byte) error 
 		Values: storage.Values{"v": storage.Blob(value)}})
 }
 
+func (s *StorageTarget) CondPut(ctx context.Context, key int64, old, value []byte) error {
+	return s.DB.Put(ctx, &storage.Put{Namespace: s.ns, Table: "kv", Partition: storage.Values{"k": storage.BigInt(key)},
+		Values: storage.Values{"v": storage.Blob(value)}, Condition: storage.If(storage.Eq("v", storage.Blob(old)))})
+}
+
 func (s *StorageTarget) Get(ctx context.Context, key int64) error {
 	_, ok, err := s.DB.Get(ctx, &storage.Get{Namespace: s.ns, Table: "kv", Partition: storage.Values{"k": storage.BigInt(key)}})
 	if err == nil && !ok {
@@ -319,8 +412,12 @@ func (s *StorageTarget) Get(ctx context.Context, key int64) error {
 var transferPolicy = storage.RetryPolicy{MaxAttempts: 1000}
 
 func (s *StorageTarget) Transfer(ctx context.Context, from, to, amount int64) (int, error) {
+	db, ok := s.DB.(storage.Backend)
+	if !ok {
+		return 0, ErrNoTransactions
+	}
 	attempts := 0
-	err := storage.UpdateWith(ctx, s.DB, transferPolicy, func(tx storage.Txn) error {
+	err := storage.UpdateWith(ctx, db, transferPolicy, func(tx storage.Txn) error {
 		attempts++
 		acct := func(id int64) storage.Values { return storage.Values{"id": storage.BigInt(id)} }
 		a, _, err := tx.Get(ctx, &storage.Get{Namespace: s.ns, Table: "accounts", Partition: acct(from)})
@@ -345,8 +442,12 @@ func (s *StorageTarget) Transfer(ctx context.Context, from, to, amount int64) (i
 }
 
 func (s *StorageTarget) Total(ctx context.Context) (int64, error) {
+	db, ok := s.DB.(storage.Backend)
+	if !ok {
+		return 0, ErrNoTransactions
+	}
 	var total int64
-	err := storage.Update(ctx, s.DB, func(tx storage.Txn) error {
+	err := storage.Update(ctx, db, func(tx storage.Txn) error {
 		total = 0
 		// accounts is partitioned by id: read every partition.
 		for i := int64(0); ; i++ {

@@ -29,6 +29,8 @@ import (
 	"github.com/kiroku-db/kiroku/internal/cpuset"
 	"github.com/kiroku-db/kiroku/ledger"
 	"github.com/kiroku-db/kiroku/server"
+	"github.com/kiroku-db/kiroku/storage"
+	"github.com/kiroku-db/kiroku/storage/cassandra"
 	"github.com/kiroku-db/kiroku/validator"
 )
 
@@ -38,6 +40,7 @@ func benchLedgerCmd() *cobra.Command {
 		threads, authName      string
 		serverAddr, configFile string
 		backend, dsn, dataDir  string
+		contacts, keyspace     string
 		asJSON                 bool
 		profile                string
 		validatorMode          string
@@ -52,7 +55,11 @@ closed-loop at each --threads count: YCSB-C executes builtin.ycsb_c (reads 2 uni
 assets), YCSB-F builtin.ycsb_f (reads one and writes it back with a new --payload-byte payload).
 Requests are signed and proofs made with --auth (hmac: HMAC-SHA256 both ways; ecdsa: ECDSA P-256
 both ways). Without --server, a server is started in this process on loopback over
---backend (engine in --data-dir or a temporary directory, or postgres at --postgres-dsn).
+--backend (engine in --data-dir or a temporary directory, postgres at --postgres-dsn, or
+cassandra at --cassandra-contacts). Several backends, comma-separated, each get a server and take
+turns at every thread count, so that they are measured in the same run. On Cassandra each point
+also reports the requests the store sent per committed transaction: round trips, lightweight
+transactions and SERIAL reads.
 The baseline, per thread count and in the same run, is the floor of the path: GetTxState
 round trips/s through the same client and server (no signature, one storage read).`,
 		Args: cobra.NoArgs,
@@ -75,37 +82,57 @@ round trips/s through the same client and server (no signature, one storage read
 			if split && serverAddr != "" {
 				return errors.New("--split starts its own server; it cannot be used with --server")
 			}
-			c, proofKey, clocks, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile, backend, dsn, dataDir, split, cmd.ErrOrStderr())
-			if err != nil {
-				return err
+			names := strings.Split(backend, ",")
+			if len(names) > 1 && (serverAddr != "" || validatorMode == "on" || dataDir != "") {
+				return errors.New("--backend with several backends starts a server for each: it cannot be used with --server, --validator on or --data-dir")
 			}
-			defer cleanup()
-			cfg.CPU, cfg.ServerCPU = clocks.all, clocks.server
-			if _, _, err := bench.MachineCPU(); err == nil {
-				cfg.Machine = bench.MachineCPU
+			if contacts == "" {
+				contacts = os.Getenv("KIROKU_CASSANDRA_CONTACTS")
 			}
-			var exec bench.Executor = c
-			switch validatorMode {
-			case "on":
-				v, closeV, err := benchValidator(ctx, &vf, c, proofKey)
+			if dsn == "" {
+				dsn = os.Getenv("KIROKU_PG_DSN")
+			}
+			errw := cmd.ErrOrStderr()
+			// One server (and client) per backend, each loaded before any
+			// is measured.
+			runs := make([]*ledgerRun, len(names))
+			for i, name := range names {
+				name = strings.TrimSpace(name)
+				c, proofKey, clocks, cleanup, err := benchLedgerClient(ctx, scheme, serverAddr, configFile,
+					benchBackend{name: name, dsn: dsn, contacts: contacts, keyspace: keyspace}, dataDir, split, errw)
 				if err != nil {
 					return err
 				}
-				defer closeV()
-				exec = v
-			case "off":
-			default:
-				return fmt.Errorf("--validator: %q is neither on nor off", validatorMode)
-			}
-			errw := cmd.ErrOrStderr()
-			load, err := bench.LoadLedger(ctx, c, exec, cfg, errw)
-			if err != nil {
-				return err
-			}
-			if load.Skipped {
-				fmt.Fprintf(errw, "%d assets already loaded\n", cfg.Records)
-			} else {
-				fmt.Fprintf(errw, "loaded %d assets in %.1fs (%.0f assets/s)\n", load.Records, load.Seconds, float64(load.Records)/load.Seconds)
+				defer cleanup()
+				r := &ledgerRun{backend: name, c: c, exec: c, cfg: cfg}
+				runs[i] = r
+				r.cfg.CPU, r.cfg.ServerCPU, r.cfg.Store = clocks.all, clocks.server, clocks.store
+				if _, _, err := bench.MachineCPU(); err == nil {
+					r.cfg.Machine = bench.MachineCPU
+				}
+				switch validatorMode {
+				case "on":
+					v, closeV, err := benchValidator(ctx, &vf, c, proofKey)
+					if err != nil {
+						return err
+					}
+					defer closeV()
+					r.exec = v
+				case "off":
+				default:
+					return fmt.Errorf("--validator: %q is neither on nor off", validatorMode)
+				}
+				if len(names) > 1 {
+					fmt.Fprintf(errw, "backend %s:\n", name)
+				}
+				if r.load, err = bench.LoadLedger(ctx, c, r.exec, r.cfg, errw); err != nil {
+					return err
+				}
+				if r.load.Skipped {
+					fmt.Fprintf(errw, "%d assets already loaded\n", cfg.Records)
+				} else {
+					fmt.Fprintf(errw, "loaded %d assets in %.1fs (%.0f assets/s)\n", r.load.Records, r.load.Seconds, float64(r.load.Records)/r.load.Seconds)
+				}
 			}
 			if profile != "" {
 				stopProfile, err := startCPUProfile(profile)
@@ -114,55 +141,78 @@ round trips/s through the same client and server (no signature, one storage read
 				}
 				defer stopProfile()
 			}
-			points, err := bench.RunLedger(ctx, c, exec, cfg, func(p bench.LedgerPoint) {
-				fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, CPUs busy %s, machine %s, floor %.0f rpc/s\n",
-					p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS)
-				if p.Off != nil {
-					fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms, CPUs busy %s, machine %s\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000, busyCell(*p.Off), machineCell(*p.Off))
+			progress := func(name string) func(p bench.LedgerPoint) {
+				return func(p bench.LedgerPoint) {
+					if len(names) > 1 {
+						fmt.Fprintf(errw, "%s ", name)
+					}
+					fmt.Fprintf(errw, "threads %d: %.0f tx/s, p50 %.2f ms, p99 %.2f ms, CPU %s µs/tx, CPUs busy %s, machine %s, floor %.0f rpc/s%s\n",
+						p.Threads, p.TPS, float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS, storeNote(p))
+					if p.Errors > 0 {
+						fmt.Fprintf(errw, "  %d calls failed; the first: %s\n", p.Errors, p.FirstError)
+					}
+					if p.Off != nil {
+						fmt.Fprintf(errw, "  validator off: %.0f tx/s, p50 %.2f ms, CPUs busy %s, machine %s\n", p.Off.TPS, float64(p.Off.Latency.P50Micros)/1000, busyCell(*p.Off), machineCell(*p.Off))
+					}
+					if len(p.RoundsTPS) > 1 {
+						fmt.Fprintf(errw, "  medians of %d rounds; tx/s on %s, off %s\n", len(p.RoundsTPS), roundsCell(p.RoundsTPS), roundsCell(p.Off.RoundsTPS))
+					}
 				}
-				if len(p.RoundsTPS) > 1 {
-					fmt.Fprintf(errw, "  medians of %d rounds; tx/s on %s, off %s\n", len(p.RoundsTPS), roundsCell(p.RoundsTPS), roundsCell(p.Off.RoundsTPS))
-				}
-			})
-			if err != nil {
-				return err
 			}
-			be := backend
-			if serverAddr != "" {
-				be = "server " + serverAddr
-			} else if split {
-				be += " (server process on its own CPU, clients on the others)"
+			if len(runs) == 1 {
+				r := runs[0]
+				var err error
+				if r.points, err = bench.RunLedger(ctx, r.c, r.exec, r.cfg, progress(r.backend)); err != nil {
+					return err
+				}
+			} else {
+				// The backends take turns at each thread count, so that the
+				// machine's drift hits them alike.
+				for i, threads := range cfg.Threads {
+					for _, r := range runs {
+						one := r.cfg
+						one.Threads = []int{threads}
+						one.Seed = r.cfg.Seed + uint64(i)*1_000_000
+						ps, err := bench.RunLedger(ctx, r.c, r.exec, one, progress(r.backend))
+						if err != nil {
+							return err
+						}
+						r.points = append(r.points, ps...)
+					}
+				}
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
+				var docs []map[string]any
+				for _, r := range runs {
+					be := r.backend
+					if serverAddr != "" {
+						be = "server " + serverAddr
+					} else if split {
+						be += " (server process on its own CPU, clients on the others)"
+					}
+					docs = append(docs, map[string]any{"workload": cfg.Workload, "auth": authName, "backend": be,
+						"payload": cfg.Payload, "load": r.load, "validator": validatorMode, "validator_db": vf.db, "points": r.points})
+				}
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"workload": cfg.Workload, "auth": authName, "backend": be,
-					"payload": cfg.Payload, "load": load, "validator": validatorMode, "validator_db": vf.db, "points": points})
-			}
-			per := cfg.Duration.String() + " per point"
-			if validatorMode == "on" && cfg.Rounds > 1 {
-				per = fmt.Sprintf("%s per run, medians of %d alternating rounds", cfg.Duration, cfg.Rounds)
-			}
-			fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, validator %s, %d assets × %d-byte payload, %s\n",
-				cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, per)
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			if validatorMode == "on" {
-				fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\toff CPUs busy\toff machine\tlogging cost\tfloor rpc/s\t\n")
-				for _, p := range points {
-					fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
-						float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.Off.TPS,
-						float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), busyCell(*p.Off), machineCell(*p.Off),
-						100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
+				if len(docs) == 1 {
+					return enc.Encode(docs[0])
 				}
-				return tw.Flush()
+				return enc.Encode(map[string]any{"backends": docs})
 			}
-			fmt.Fprintln(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\tfloor rpc/s (baseline)\t")
-			for _, p := range points {
-				fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t\n", p.Threads, p.TPS,
-					float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS)
+			for _, r := range runs {
+				be := r.backend
+				if serverAddr != "" {
+					be = "server " + serverAddr
+				} else if split {
+					be += " (server process on its own CPU, clients on the others)"
+				}
+				if err := printLedgerPoints(out, cfg, authName, be, validatorMode, r.points); err != nil {
+					return err
+				}
 			}
-			return tw.Flush()
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -177,8 +227,10 @@ round trips/s through the same client and server (no signature, one storage read
 	f.IntVar(&cfg.Loaders, "loaders", 4, "concurrent bulk-load requests")
 	f.StringVar(&serverAddr, "server", "", "benchmark a running server (identity and admin token from --config)")
 	f.StringVar(&configFile, "config", "", "client config for --server")
-	f.StringVar(&backend, "backend", "engine", "without --server: engine or postgres")
-	f.StringVar(&dsn, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres")
+	f.StringVar(&backend, "backend", "engine", "without --server: engine, postgres or cassandra; several, comma-separated, take turns at each thread count")
+	f.StringVar(&dsn, "postgres-dsn", "", "PostgreSQL DSN for --backend=postgres (default $KIROKU_PG_DSN)")
+	f.StringVar(&contacts, "cassandra-contacts", "", "Cassandra contact points HOST:PORT,... for --backend=cassandra (default $KIROKU_CASSANDRA_CONTACTS)")
+	f.StringVar(&keyspace, "cassandra-keyspace", "kiroku_bench_ledger", "the keyspace for --backend=cassandra; a loaded one is reused")
 	f.StringVar(&dataDir, "data-dir", "", "without --server: the server's data directory (default: temporary)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the measured runs to this file")
@@ -187,6 +239,62 @@ round trips/s through the same client and server (no signature, one storage read
 	f.BoolVar(&split, "split", false, "start the server as a child process pinned to one CPU, and run the clients (and Validator) on the others")
 	vf.add(cmd)
 	return cmd
+}
+
+// ledgerRun is one backend's server, client and figures in a ledger
+// benchmark.
+type ledgerRun struct {
+	backend string
+	c       *client.Client
+	exec    bench.Executor
+	cfg     bench.LedgerConfig
+	load    bench.LedgerLoad
+	points  []bench.LedgerPoint
+}
+
+// printLedgerPoints prints one backend's table.
+func printLedgerPoints(out io.Writer, cfg bench.LedgerConfig, authName, be, validatorMode string, points []bench.LedgerPoint) error {
+	per := cfg.Duration.String() + " per point"
+	if validatorMode == "on" && cfg.Rounds > 1 {
+		per = fmt.Sprintf("%s per run, medians of %d alternating rounds", cfg.Duration, cfg.Rounds)
+	}
+	fmt.Fprintf(out, "ledger %s, auth %s, proofs on, backend %s, validator %s, %d assets × %d-byte payload, %s\n",
+		cfg.Workload, authName, be, validatorMode, cfg.Records, cfg.Payload, per)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if validatorMode == "on" {
+		fmt.Fprintf(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\toff tx/s\toff p50 ms\toff p99 ms\toff CPU µs/tx\toff CPUs busy\toff machine\tlogging cost\tfloor rpc/s\t\n")
+		for _, p := range points {
+			fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%.1f%%\t%.0f\t\n", p.Threads, p.TPS,
+				float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.Off.TPS,
+				float64(p.Off.Latency.P50Micros)/1000, float64(p.Off.Latency.P99Micros)/1000, cpuCell(p.Off.CPUMicros), busyCell(*p.Off), machineCell(*p.Off),
+				100*(1-p.TPS/p.Off.TPS), p.FloorRPS)
+		}
+		return tw.Flush()
+	}
+	store := len(points) > 0 && points[0].Store != nil
+	fmt.Fprint(tw, "threads\ttx/s\tp50 ms\tp99 ms\terrors\tCPU µs/tx\tCPUs busy\tmachine\tfloor rpc/s (baseline)\t")
+	if store {
+		fmt.Fprint(tw, "requests/tx\tLWTs/tx\tserial reads/tx\t")
+	}
+	fmt.Fprintln(tw)
+	for _, p := range points {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%s\t%.0f\t", p.Threads, p.TPS,
+			float64(p.Latency.P50Micros)/1000, float64(p.Latency.P99Micros)/1000, p.Errors, cpuCell(p.CPUMicros), busyCell(p), machineCell(p), p.FloorRPS)
+		if p.Store != nil {
+			fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t", p.Store.Requests, p.Store.CondWrites, p.Store.SerialReads)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// storeNote is a progress line's note of a point's requests per
+// transaction, when the store counts them.
+func storeNote(p bench.LedgerPoint) string {
+	if p.Store == nil {
+		return ""
+	}
+	return fmt.Sprintf(", per tx %.2f requests, %.2f LWTs, %.2f serial reads", p.Store.Requests, p.Store.CondWrites, p.Store.SerialReads)
 }
 
 // roundsCell lists a point's rounds' tx/s.
@@ -259,9 +367,18 @@ func benchValidator(ctx context.Context, vf *validatorFlags, c *client.Client, p
 }
 
 // cpuClocks are a ledger benchmark's CPU clocks: all of its processes',
-// and a server process's of its own when it runs in one (nil otherwise).
+// and a server process's of its own when it runs in one (nil otherwise);
+// and, for a server in this process on Cassandra, the counts of the
+// requests its store sent.
 type cpuClocks struct {
 	all, server func() (time.Duration, error)
+	store       func() cassandra.Stats
+}
+
+// benchBackend is the storage backend of a server the benchmark starts.
+type benchBackend struct {
+	name, dsn          string // the backend, and PostgreSQL's DSN
+	contacts, keyspace string // Cassandra's
 }
 
 // benchLedgerClient returns a client with a registered identity of the
@@ -270,7 +387,7 @@ type cpuClocks struct {
 // split the server is a child process on a CPU of its own (splitServer);
 // otherwise it runs in this process. clocks are the CPU clocks of the run:
 // none with --server, whose server's CPU this process cannot see.
-func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile, backend, dsn, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, clocks cpuClocks, _ func(), _ error) {
+func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile string, backend benchBackend, dataDir string, split bool, errw io.Writer) (_ *client.Client, proofKey auth.Verifier, clocks cpuClocks, _ func(), _ error) {
 	cleanup := func() {}
 	var cfg client.Config
 	if addr != "" {
@@ -293,8 +410,9 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 		}
 		tok := make([]byte, 16)
 		rand.Read(tok)
-		o := server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", Backend: backend,
-			PostgresDSN: dsn, AdminToken: hex.EncodeToString(tok), ProofScheme: scheme,
+		o := server.Options{DataDir: dataDir, Listen: "127.0.0.1:0", Backend: backend.name,
+			PostgresDSN: backend.dsn, CassandraContacts: backend.contacts, CassandraKeyspace: backend.keyspace,
+			AdminToken: hex.EncodeToString(tok), ProofScheme: scheme,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if split {
 			var err error
@@ -321,6 +439,7 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 			proofKey = srv.ProofVerifier
 			o.Listen = srv.Addr()
 			clocks.all = bench.CPUClock()
+			clocks.store = storeStats(srv.Backend)
 		}
 		cfg = client.Config{Server: o.Listen, AdminToken: o.AdminToken}
 		suffix := make([]byte, 4)
@@ -359,6 +478,18 @@ func benchLedgerClient(ctx context.Context, scheme auth.Scheme, addr, configFile
 	return c, proofKey, clocks, func() { c.Close(); rm() }, nil
 }
 
+// storeStats returns the request counts of b's Cassandra store, whether
+// b is that store or a coordinator over it; nil for another backend.
+func storeStats(b storage.Store) func() cassandra.Stats {
+	if c, ok := b.(interface{ Store() storage.Store }); ok {
+		b = c.Store()
+	}
+	if db, ok := b.(*cassandra.DB); ok {
+		return db.Stats
+	}
+	return nil
+}
+
 // splitServer starts the ledger server of o as a child process ("kiroku
 // server") pinned to the first CPU this process may use, and pins this
 // process, its clients and any Validator to the others: the shape of a
@@ -389,7 +520,8 @@ func splitServer(ctx context.Context, o *server.Options, errw io.Writer) (stop f
 	}
 	addrFile := filepath.Join(tmp, "addr")
 	cmd := exec.Command(exe, "server", "--data-dir", o.DataDir, "--listen", "127.0.0.1:0", "--addr-file", addrFile,
-		"--backend", o.Backend, "--postgres-dsn", o.PostgresDSN, "--proof-scheme", o.ProofScheme.String(),
+		"--backend", o.Backend, "--postgres-dsn", o.PostgresDSN, "--cassandra-contacts", o.CassandraContacts,
+		"--cassandra-keyspace", o.CassandraKeyspace, "--proof-scheme", o.ProofScheme.String(),
 		"--cpus", strconv.Itoa(cpus[0]), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "KIROKU_ADMIN_TOKEN="+o.AdminToken)
 	memEnv, restoreMem := shareMemoryLimit()

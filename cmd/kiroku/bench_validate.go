@@ -34,7 +34,7 @@ Validator keeps up with its clients only if it validates faster than that.`,
 			if err != nil {
 				return fmt.Errorf("--auth: %w", err)
 			}
-			c, proofKey, _, cleanup, err := benchLedgerClient(ctx, scheme, "", "", "engine", "", "", false, cmd.ErrOrStderr())
+			c, proofKey, _, cleanup, err := benchLedgerClient(ctx, scheme, "", "", benchBackend{name: "engine"}, "", false, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -46,15 +46,17 @@ type Config struct {
 // given, or of a name that is no backend's.
 var ErrConfig = errors.New("backends: bad configuration")
 
-// backend is one registered backend.
+// backend is one registered backend. open's coordinated says that a
+// store without transactions of its own will be used only through
+// storage/coordinator's (Open), which may let it read more cheaply.
 type backend struct {
 	name string
 	help string
-	open func(ctx context.Context, c Config) (storage.Store, error)
+	open func(ctx context.Context, c Config, coordinated bool) (storage.Store, error)
 }
 
 var registry = []backend{
-	{name: "engine", help: "the embedded engine, in Dir", open: func(_ context.Context, c Config) (storage.Store, error) {
+	{name: "engine", help: "the embedded engine, in Dir", open: func(_ context.Context, c Config, _ bool) (storage.Store, error) {
 		if c.Dir == "" {
 			return nil, fmt.Errorf("%w: the engine needs a directory", ErrConfig)
 		}
@@ -68,7 +70,7 @@ var registry = []backend{
 		}
 		return db, nil
 	}},
-	{name: "postgres", help: "PostgreSQL at DSN", open: func(ctx context.Context, c Config) (storage.Store, error) {
+	{name: "postgres", help: "PostgreSQL at DSN", open: func(ctx context.Context, c Config, _ bool) (storage.Store, error) {
 		if c.DSN == "" {
 			return nil, fmt.Errorf("%w: postgres needs a DSN", ErrConfig)
 		}
@@ -79,7 +81,7 @@ var registry = []backend{
 		return db, nil
 	}},
 	// A Store without transactions: Open gives it the coordinator's.
-	{name: "cassandra", help: "Apache Cassandra at Contacts, in Keyspace; transactions by storage/coordinator", open: func(ctx context.Context, c Config) (storage.Store, error) {
+	{name: "cassandra", help: "Apache Cassandra at Contacts, in Keyspace; transactions by storage/coordinator", open: func(ctx context.Context, c Config, coordinated bool) (storage.Store, error) {
 		var contacts []string
 		for _, h := range strings.Split(c.Contacts, ",") {
 			if h = strings.TrimSpace(h); h != "" {
@@ -91,6 +93,16 @@ var registry = []backend{
 		}
 		cc := cassandra.Config{Contacts: contacts, Keyspace: c.Keyspace,
 			Consistency: c.Consistency, SerialConsistency: c.SerialConsistency, LocalDC: c.LocalDC}
+		if coordinated {
+			// The coordinator's reads need to see every write that
+			// returned before they began, and no more (its package doc):
+			// quorum reads do, every write being a lightweight
+			// transaction committed at that quorum, without a Paxos round.
+			cc.ReadConsistency = "QUORUM"
+			if c.Consistency == "LOCAL_QUORUM" {
+				cc.ReadConsistency = "LOCAL_QUORUM"
+			}
+		}
 		if err := cc.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
@@ -122,18 +134,22 @@ func Help() string {
 
 // OpenStore opens backend name as a Store.
 func OpenStore(ctx context.Context, name string, c Config) (storage.Store, error) {
+	return openStore(ctx, name, c, false)
+}
+
+func openStore(ctx context.Context, name string, c Config, coordinated bool) (storage.Store, error) {
 	i := slices.IndexFunc(registry, func(b backend) bool { return b.name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("%w: no backend %q (have %s)", ErrConfig, name, strings.Join(Names(), ", "))
 	}
-	return registry[i].open(ctx, c)
+	return registry[i].open(ctx, c, coordinated)
 }
 
 // Open opens backend name as a Backend, a Store with transactions: its
 // own, or, for a store without (Cassandra), those of storage/coordinator
 // over it.
 func Open(ctx context.Context, name string, c Config) (storage.Backend, error) {
-	s, err := OpenStore(ctx, name, c)
+	s, err := openStore(ctx, name, c, true)
 	if err != nil {
 		return nil, err
 	}

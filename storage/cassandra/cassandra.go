@@ -83,7 +83,12 @@
 // cheaper and, with every write a Paxos write, see every write that
 // returned before they began; but a write whose Paxos round was cut short
 // (its caller saw ErrCommitUnknown) can be missed by one QUORUM read and
-// then completed and seen by a later one.
+// then completed and seen by a later one. That is all storage/coordinator
+// needs of its reads (see its package doc), so storage/backends opens the
+// store it puts the coordinator over with QUORUM reads.
+//
+// Stats counts the requests sent: round trips, lightweight transactions
+// and SERIAL reads, for benchmarks to report what an operation costs.
 //
 // A comparison with a NULL column is false in kiroku; Cassandra's col <> v
 // holds on NULL, so <> also requires col <> null. Conditions on key columns,
@@ -339,6 +344,7 @@ type DB struct {
 	ks      string // the keyspace, quoted
 	catalog string // the catalog table, qualified and quoted
 	closed  atomic.Bool
+	stats   *counters // the session's observer: Stats
 
 	mu struct {
 		sync.RWMutex
@@ -379,11 +385,13 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		fallback = gocql.DCAwareRoundRobinPolicy(cfg.LocalDC)
 	}
 	cl.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(fallback)
+	stats := &counters{}
+	cl.QueryObserver, cl.BatchObserver = stats, stats
 	session, err := connect(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{session: session, cfg: cfg, ks: ident(cfg.Keyspace), catalog: ident(cfg.Keyspace) + ".kiroku_catalog"}
+	db := &DB{session: session, cfg: cfg, ks: ident(cfg.Keyspace), catalog: ident(cfg.Keyspace) + ".kiroku_catalog", stats: stats}
 	db.mu.tables = map[string]*relTable{}
 	if err := db.bootstrap(ctx); err != nil {
 		session.Close()

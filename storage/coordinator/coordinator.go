@@ -18,49 +18,100 @@
 // own namespace records each transaction's decision: committed or
 // aborted, written once with IfNotExists.
 //
+// A row's committed image is told apart from every other image the row
+// has had by its identity, the pair (cc_version, cc_tx): every write that
+// makes an image writes the id of a transaction that never wrote the row
+// before (a roll-back keeps the aborted transaction's id), and the
+// version alone would not do: a row deleted and inserted again starts
+// again at version 1, and a single conditional put keeps the version
+// (see One write below).
+//
 // # Protocol
 //
-// Reads go to the store; a transaction buffers its writes. Commit:
+// Reads go to the store; a transaction buffers its writes and reads each
+// row once. Commit:
 //
 //  1. Prepare: every written row is conditionally put in the prepared
 //     state, with the new values and the old image, on the condition that
-//     it is still what the transaction read (the same committed version,
-//     or still absent). A failed condition is a conflict: the prepared
-//     rows are rolled back.
+//     it is still what the transaction read (the same identity, or still
+//     absent). A failed condition is a conflict: the transaction records
+//     "aborted" and rolls its prepared rows back — also when the failure
+//     is the caller's context ending, within Config.Expiry.
 //  2. Validate: every row and scan the transaction read and did not write
-//     is read again; a different version, a row prepared by another, or a
-//     scan whose rows changed is a conflict.
+//     is read again; a row or a scan's row with another identity, or a
+//     scan that finds rows appeared or gone, is a conflict.
 //  3. Decide: the decision "committed" is put IfNotExists in the state
 //     table. This is the transaction's linearization point. If a reader
 //     recorded "aborted" first (below), the transaction rolls back.
-//  4. Commit the rows: each prepared row becomes committed (its version
-//     one higher) or is deleted, on the condition that this transaction
-//     still holds it. This may be left unfinished: readers finish it.
-//
-// A transaction that read and wrote a single row, and nothing else, commits
-// in one phase instead: one conditional write puts the row committed if it
-// is still the version read. Single operations through the coordinator
-// (Put, Delete) are such transactions: a read and one write.
+//  4. The rows it deletes are deleted, on condition that this transaction
+//     still holds them (readers finish what is left). The rows it puts
+//     are not written again: once the decision says "committed", a row
+//     prepared by the transaction holds its committed image, and stays
+//     prepared until the next transaction that writes it.
 //
 // A reader that meets a row prepared by another transaction looks up
-// that transaction's decision: committed, it rolls the row forward;
-// aborted, it restores the old image; none yet and the row prepared more
-// than Config.Expiry ago, it records "aborted" for that transaction
+// that transaction's decision (a committed one, which never changes, is
+// remembered by the process): committed, it takes the prepared image as
+// the committed one — and, if it had to read the decision from the state
+// table and does not write the row itself, rolls the row forward
+// (committed, its version and image as they are) when it commits, so
+// that readers elsewhere need not read the decision again — or deletes a
+// row prepared for deletion; aborted, it restores the old image; none yet and the row prepared more than
+// Config.Expiry ago, it records "aborted" for that transaction
 // (IfNotExists: whoever is first decides) and acts on what is recorded;
 // otherwise the reader's transaction conflicts, and Update retries it.
+//
+// Shortcuts, each a case of the protocol above with steps it does not
+// need left out:
+//
+//   - One phase. A transaction that made no scan, and wrote every row it
+//     read, all in one partition of one table, commits with one
+//     conditional write (a Mutate for several rows) that puts every row
+//     committed if each is still what was read. It is atomic, so it is
+//     the commit point; no decision is needed and no reader meets the
+//     rows prepared. Single operations through the coordinator (Put,
+//     Delete, Mutate) are such transactions: a read of each row and one
+//     write.
+//   - One write. A conditional Put or Delete through the coordinator is
+//     first sent as one conditional write, on its condition and that the
+//     row is committed (so no transaction holds it, and the condition is
+//     judged on its committed image); a put gives the row a new identity
+//     by a new cc_tx, keeping its version. The write is the commit point,
+//     as in one phase. If it does not apply, the operation runs as a
+//     one-row transaction, which tells a condition that does not hold
+//     from a row that is prepared.
+//   - Blind inserts. A Deferred IfNotExists put is not read: its row is
+//     taken to be absent, which the conditional write that prepares it
+//     (or commits it in one phase) checks. A row found there is read:
+//     present, the put's condition fails (ErrConditionNotMet, after the
+//     prepared rows are rolled back); absent (a transaction that wrote it
+//     did not commit), it is written again.
+//   - A transaction that wrote nothing and read one row or made one scan
+//     is not validated: a single read is atomic on its own.
+//
+// What the coordinator needs of the store: single operations that are
+// atomic, and reads that see every write that returned before they began.
+// Writes whose outcome the store left unknown may become visible later,
+// to a later read only: a transaction whose prepare's outcome is unknown
+// aborts, and one whose decision's outcome is unknown reports
+// ErrCommitUnknown and its rows stay locked until a reader decides, with
+// an IfNotExists write that meets the decision if it was made. On
+// Cassandra, whose writes are all lightweight transactions committed at
+// QUORUM, QUORUM reads are enough (storage/backends opens it so).
 //
 // Why it is serializable: when a transaction decides, every row it wrote
 // is prepared by it, so no other transaction can have changed those rows
 // since it read them (a writer's prepare condition would have failed) and
-// none can change them until they are committed; every row and scan it
-// only read was found unchanged after its prepares, so the transaction
-// behaves as if it ran at its decision. A transaction that conflicts
-// leaves no trace a reader would take for data.
+// none can change them until it has decided; every row and scan it only
+// read was found unchanged after its prepares, so the transaction behaves
+// as if it ran at its decision. A transaction that conflicts leaves no
+// trace a reader would take for data.
 //
 // Invariants, and why they hold whatever client crashes when:
 //
 //   - A transaction is committed exactly when its decision row says
-//     "committed". The decision is written once (IfNotExists), by the
+//     "committed", or, for a one-phase commit, its one conditional write
+//     took effect. The decision is written once (IfNotExists), by the
 //     transaction itself or, as "aborted", by a reader; so there is one
 //     verdict, and Commit returns nil only after writing "committed". A
 //     write of the decision whose reply is lost is ErrCommitUnknown, never
@@ -70,26 +121,28 @@
 //     (retryable) for a store's failure.
 //   - An acknowledged commit survives any client crash: before its
 //     decision every row it wrote holds its new image (prepared), and the
-//     decision is durable in the store; a row still prepared after the
-//     client died is rolled forward by the first reader that meets it,
-//     since the decision says "committed". Nothing but that transaction
-//     can change a row it holds, and a reader's roll-back needs an
+//     decision is durable in the store; a prepared row is read by its
+//     decision, which says "committed" for good. Nothing but that
+//     transaction can change a row it holds until it has decided (a
+//     writer's condition names the identity it read, which no reader
+//     gives an undecided row), and a reader's roll-back needs an
 //     "aborted" decision, which cannot coexist with "committed".
 //   - A reader never sees a half-committed transaction: it returns only
-//     committed rows, and turns every prepared row it meets into a
-//     committed one first, by the writer's decision (or, once expired
-//     undecided, by deciding "aborted" itself); so it sees each
-//     transaction's rows all with their new images or all with their old.
-//     A prepare or decision that reaches the store twice (a retried call)
-//     changes nothing the second time: the conditions name the
-//     transaction and the version read.
+//     committed images, and judges every prepared row it meets by the
+//     writer's decision (or, once expired undecided, decides "aborted"
+//     itself); so it sees each transaction's rows all with their new
+//     images or all with their old. A prepare or decision that reaches
+//     the store twice (a retried call) changes nothing the second time:
+//     the conditions name the transaction and the identity read.
 //   - Expiry only bounds how long a crashed client's rows stay locked; it
 //     is not needed for safety. A transaction slower than Config.Expiry is
 //     aborted by a reader, and its own decision then fails IfNotExists and
 //     it reports a conflict.
 //
 // The decision rows are never removed yet: the table grows by one row per
-// writing transaction.
+// writing transaction. A committed transaction's decision is what makes
+// its rows committed while they stay prepared, so removing one would
+// first need every row it prepared rewritten as committed.
 package coordinator
 
 import (
@@ -152,9 +205,53 @@ type DB struct {
 
 	mu     sync.Mutex
 	tables map[string]*tableInfo // by namespace/name
+
+	// committed remembers transactions recorded as committed, whose
+	// prepared rows readers take as committed without asking the state
+	// table again.
+	committed txSet
 }
 
-var _ storage.Backend = (*DB)(nil)
+// txSet is a bounded set of transaction ids (UUIDs): the most recent
+// maxTxSet to 2*maxTxSet of those added, some 40 bytes each. A decision
+// never changes once recorded, so a remembered one is never stale; one
+// forgotten is read again.
+type txSet struct {
+	mu       sync.Mutex
+	cur, old map[uuid.UUID]struct{}
+}
+
+const maxTxSet = 1 << 16
+
+func (s *txSet) add(tx string) {
+	id, err := uuid.Parse(tx)
+	if err != nil {
+		return // not one of ours: not remembered
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cur) >= maxTxSet {
+		s.old, s.cur = s.cur, nil
+	}
+	if s.cur == nil {
+		s.cur = map[uuid.UUID]struct{}{}
+	}
+	s.cur[id] = struct{}{}
+}
+
+func (s *txSet) has(tx string) bool {
+	id, err := uuid.Parse(tx)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.cur[id]
+	if !ok {
+		_, ok = s.old[id]
+	}
+	return ok
+}
 
 // tableInfo is a table's user schema and the store's.
 type tableInfo struct {
@@ -332,10 +429,73 @@ func (db *DB) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 	return storage.ScanIn(ctx, db, s)
 }
 
-func (db *DB) Put(ctx context.Context, p *storage.Put) error { return storage.PutIn(ctx, db, p) }
+// Put writes one row. A conditional put is first tried as one
+// conditional write (condOnly); otherwise, or if that does not apply, it
+// is a one-row transaction.
+func (db *DB) Put(ctx context.Context, p *storage.Put) error {
+	if p.Condition != nil {
+		if done, err := db.condOnly(ctx, p.Namespace, p.Table, p.Condition, func(ti *tableInfo, cond *storage.Condition) error {
+			vals := make(storage.Values, len(p.Values)+3)
+			for k, v := range p.Values {
+				vals[k] = v
+			}
+			vals[colTx], vals[colState] = storage.Text(uuid.NewString()), storage.BigInt(stateCommitted)
+			if p.Condition.Kind == storage.CondIfNotExists {
+				vals[colVersion] = storage.BigInt(1)
+			}
+			return db.s.Put(ctx, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: p.Partition,
+				Clustering: p.Clustering, Values: vals, Condition: cond})
+		}, func(ti *tableInfo) error { return ti.user.CheckPut(p, db.lim) }); done {
+			return err
+		}
+	}
+	return storage.PutIn(ctx, db, p)
+}
 
+// Delete removes one row: as Put does, a conditional delete is first
+// tried as one conditional write.
 func (db *DB) Delete(ctx context.Context, d *storage.Delete) error {
+	if d.Condition != nil {
+		if done, err := db.condOnly(ctx, d.Namespace, d.Table, d.Condition, func(ti *tableInfo, cond *storage.Condition) error {
+			return db.s.Delete(ctx, &storage.Delete{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: d.Partition,
+				Clustering: d.Clustering, Condition: cond})
+		}, func(ti *tableInfo) error { return ti.user.CheckDelete(d, db.lim) }); done {
+			return err
+		}
+	}
 	return storage.DeleteIn(ctx, db, d)
+}
+
+// condOnly tries a single conditional put or delete as one conditional
+// write of the store, write, on the user's condition and that the row is
+// committed, not prepared: a row that holds its committed image, which
+// the condition is then judged on, and that no transaction holds. (A row
+// that does not exist is not prepared either: IfNotExists needs no more.)
+// The write is the operation's commit point, as a one-phase commit's is
+// (see the package doc). A put gives the row a new identity without
+// reading it: its version stays, its cc_tx is new. It returns done =
+// false when the write did not apply, for whatever reason — the
+// condition, a prepared row, a row committed but not yet rolled forward
+// — and the caller then runs the operation as a transaction, which tells
+// them apart; also when the request does not pass check, so that the
+// transaction reports it as it always does. Otherwise done is true, with
+// the write's error.
+func (db *DB) condOnly(ctx context.Context, ns, table string, c *storage.Condition,
+	write func(ti *tableInfo, cond *storage.Condition) error, check func(ti *tableInfo) error) (done bool, _ error) {
+	ti, err := db.table(ctx, ns, table)
+	if err != nil || check(ti) != nil {
+		return false, nil
+	}
+	cond := c
+	if c.Kind != storage.CondIfNotExists {
+		committed := storage.Eq(colState, storage.BigInt(stateCommitted))
+		cond = storage.If(append(slices.Clip(c.Exprs), committed)...)
+	}
+	err = write(ti, cond)
+	if errors.Is(err, storage.ErrConditionNotMet) {
+		return false, nil
+	}
+	return true, err
 }
 
 // Mutate applies ms in one transaction: one partition, all or nothing.

@@ -22,13 +22,17 @@ type txn struct {
 }
 
 // readRec is what the transaction saw of a row: present or not, and its
-// committed version and image.
+// committed version and image. A blind record is a row written without
+// being read (see blindPut): it is taken to be absent until its prepare
+// finds otherwise.
 type readRec struct {
 	ti          *tableInfo
 	part, clust storage.Values
 	present     bool
-	version     int64
+	id          identity    // if present
 	row         storage.Row // the store's row, if present
+	blind       bool
+	stale       bool // prepared by a committed transaction this process did not remember (see tidy)
 }
 
 // writeRec is the transaction's write of a row: its new user values, or
@@ -37,14 +41,17 @@ type writeRec struct {
 	key    string
 	del    bool
 	values storage.Values // every value column (NULL where unset)
+	// ifAbsent: a blind Deferred IfNotExists put; a row found present
+	// when it is prepared fails the transaction with ErrConditionNotMet.
+	ifAbsent bool
 }
 
-// scanRec is a scan the transaction made, with what it found (rows it
-// had not written): key → version.
+// scanRec is a scan the transaction made, with what it found: key →
+// identity of each row's committed image.
 type scanRec struct {
 	ti    *tableInfo
 	scan  storage.Scan
-	found map[string]int64
+	found map[string]identity
 }
 
 func conflict(op, detail string) error {
@@ -90,30 +97,56 @@ func (t *txn) fail(err error) error {
 // ---- reading through prepared rows -----------------------------------------
 
 // readRaw reads a row from the store, resolving rows other transactions
-// prepared, and returns it committed, or absent.
-func (t *txn) readRaw(ctx context.Context, ti *tableInfo, part, clust storage.Values) (storage.Row, bool, error) {
+// prepared, and returns its committed image (see resolve), or absent.
+func (t *txn) readRaw(ctx context.Context, ti *tableInfo, part, clust storage.Values) (_ storage.Row, found, stale bool, _ error) {
 	for range 8 {
 		row, ok, err := t.db.s.Get(ctx, &storage.Get{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: part, Clustering: clust})
 		if err != nil || !ok {
-			return nil, false, err
+			return nil, false, false, err
 		}
-		if row[colState].AsBigInt() == stateCommitted {
-			return row, true, nil
+		committed, stale, err := t.db.resolve(ctx, ti, row)
+		if err != nil {
+			return nil, false, false, err
 		}
-		if err := t.db.resolve(ctx, ti, row); err != nil {
-			return nil, false, err
+		if committed {
+			return row, true, stale, nil
 		}
 	}
-	return nil, false, conflict("get", "a row kept being prepared by other transactions")
+	return nil, false, false, conflict("get", "a row kept being prepared by other transactions")
 }
 
-// decision returns a transaction's recorded decision, or 0.
-func (db *DB) decision(ctx context.Context, tx string) (int64, error) {
+// identity is what tells a row's committed images apart: its version and
+// the transaction that wrote it (cc_tx). The version alone would not: a
+// row deleted and inserted again starts again at version 1.
+type identity struct {
+	version int64
+	tx      storage.Value // TEXT, or NULL for a row rolled back before the transaction id was kept
+}
+
+func identityOf(row storage.Row) identity {
+	return identity{version: row[colVersion].AsBigInt(), tx: valueOr(row, colTx)}
+}
+
+func (a identity) equal(b identity) bool {
+	return a.version == b.version && a.tx.IsNull() == b.tx.IsNull() && (a.tx.IsNull() || a.tx.Equal(b.tx))
+}
+
+// decision returns a transaction's recorded decision, or 0. A committed
+// decision, which never changes, is remembered; remembered says the
+// decision was.
+func (db *DB) decision(ctx context.Context, tx string) (d int64, remembered bool, _ error) {
+	if db.committed.has(tx) {
+		return decCommitted, true, nil
+	}
 	row, ok, err := db.s.Get(ctx, &storage.Get{Namespace: db.cfg.Namespace, Table: stateTable, Partition: storage.Values{"tx": storage.Text(tx)}})
 	if err != nil || !ok {
-		return 0, err
+		return 0, false, err
 	}
-	return row["decision"].AsBigInt(), nil
+	d = row["decision"].AsBigInt()
+	if d == decCommitted {
+		db.committed.add(tx)
+	}
+	return d, false, nil
 }
 
 // decide records decision d for tx unless one is recorded, and returns
@@ -122,35 +155,69 @@ func (db *DB) decide(ctx context.Context, tx string, d int64) (int64, error) {
 	err := db.s.Put(ctx, &storage.Put{Namespace: db.cfg.Namespace, Table: stateTable, Partition: storage.Values{"tx": storage.Text(tx)},
 		Values: storage.Values{"decision": storage.BigInt(d), "at": storage.BigInt(db.cfg.Now().UnixMicro())}, Condition: storage.IfNotExists()})
 	if err == nil {
+		if d == decCommitted {
+			db.committed.add(tx)
+		}
 		return d, nil
 	}
 	if !errors.Is(err, storage.ErrConditionNotMet) {
 		return 0, err
 	}
-	return db.decision(ctx, tx)
+	d, _, err = db.decision(ctx, tx)
+	return d, err
 }
 
-// resolve finishes, one way or the other, the transaction that prepared
-// row, if it has decided or has expired; otherwise it is a conflict.
-func (db *DB) resolve(ctx context.Context, ti *tableInfo, row storage.Row) error {
+// resolve judges a row read from the store. It returns true if the row is
+// a committed image as it stands: committed, or prepared (not for
+// deletion) by a transaction that committed — the commit does not
+// rewrite the rows it prepared (see the package doc), so the prepared
+// image is the committed one. stale says the row is such a prepared one
+// whose decision had to be read from the state table: this process had
+// not made it or had forgotten it, and another reader may not have it
+// either (see tidy). Otherwise resolve finishes, one way or the other,
+// the transaction that prepared the row, if that has decided or expired,
+// and returns false (read the row again); if not, it is a conflict.
+func (db *DB) resolve(ctx context.Context, ti *tableInfo, row storage.Row) (committed, stale bool, _ error) {
+	state := row[colState].AsBigInt()
+	if state == stateCommitted {
+		return true, false, nil
+	}
 	tx := row[colTx].AsText()
-	d, err := db.decision(ctx, tx)
+	d, remembered, err := db.decision(ctx, tx)
 	if err != nil {
-		return err
+		return false, false, err
 	}
 	if d == 0 {
 		age := db.cfg.Now().UnixMicro() - row[colPrepared].AsBigInt()
 		if age < db.cfg.Expiry.Microseconds() {
-			return conflict("read", fmt.Sprintf("a row is prepared by transaction %s, undecided", tx))
+			return false, false, conflict("read", fmt.Sprintf("a row is prepared by transaction %s, undecided", tx))
 		}
 		if d, err = db.decide(ctx, tx, decAborted); err != nil {
-			return err
+			return false, false, err
 		}
 	}
-	if d == decCommitted {
-		return db.rollForward(ctx, ti, row, tx)
+	switch {
+	case d == decCommitted && state == statePrepared:
+		return true, !remembered, nil
+	case d == decCommitted:
+		return false, false, db.rollForward(ctx, ti, row, tx)
 	}
-	return db.rollBack(ctx, ti, row, tx)
+	return false, false, db.rollBack(ctx, ti, row, tx)
+}
+
+// tidy rolls forward the stale rows the transaction read and did not
+// write (see resolve): committed, with their version and image as they
+// are, so that the next reader need not look up their decision. Their
+// identity does not change, so this changes nothing the transaction
+// read, and a failure changes nothing at all. A row the transaction
+// writes is not rolled forward: its prepare or commit rewrites it.
+func (t *txn) tidy(ctx context.Context) {
+	for k, r := range t.reads {
+		if r.stale && t.writes[k] == nil {
+			_ = t.db.rollForward(ctx, r.ti, r.row, r.row[colTx].AsText())
+			r.stale = false
+		}
+	}
 }
 
 // heldBy is the condition that tx still holds a row it prepared.
@@ -183,7 +250,9 @@ func (db *DB) rollBack(ctx context.Context, ti *tableInfo, row storage.Row, tx s
 		return ignoreLost(db.s.Delete(ctx, &storage.Delete{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: part, Clustering: clust,
 			Condition: heldBy(tx)}))
 	}
-	vals := storage.Values{colState: storage.BigInt(stateCommitted), colVersion: row[colBefVersion], colTx: storage.Null()}
+	// cc_tx stays the aborted transaction's: the image restored gets an
+	// identity no other image of the row has had (see identity).
+	vals := storage.Values{colState: storage.BigInt(stateCommitted), colVersion: row[colBefVersion]}
 	for _, c := range ti.user.Columns {
 		vals[c.Name] = valueOr(row, befPrefix+c.Name)
 	}
@@ -254,26 +323,38 @@ func (t *txn) view(ctx context.Context, ti *tableInfo, part, clust storage.Value
 	return userRow(ti, r.row, nil), key, nil
 }
 
-// read reads a row once per transaction; a second read that finds
-// another version is a conflict.
+// read reads a row once per transaction: a row read before is not read
+// again (the commit checks it is still what was read), and a blind
+// record is replaced by a real read.
 func (t *txn) read(ctx context.Context, ti *tableInfo, key string, part, clust storage.Values) (*readRec, error) {
-	row, ok, err := t.readRaw(ctx, ti, part, clust)
+	if old := t.reads[key]; old != nil && !old.blind {
+		return old, nil
+	}
+	row, ok, stale, err := t.readRaw(ctx, ti, part, clust)
 	if err != nil {
 		return nil, err
 	}
 	// The caller may refill its request's maps once the call returns.
-	r := &readRec{ti: ti, part: cloneValues(part), clust: cloneValues(clust), present: ok, row: row}
+	r := &readRec{ti: ti, part: cloneValues(part), clust: cloneValues(clust), present: ok, row: row, stale: stale}
 	if ok {
-		r.version = row[colVersion].AsBigInt()
-	}
-	if old := t.reads[key]; old != nil {
-		if old.present != r.present || old.version != r.version {
-			return nil, conflict("read", "a row changed since the transaction read it")
-		}
-		return old, nil
+		r.id = identityOf(row)
 	}
 	t.reads[key] = r
 	return r, nil
+}
+
+// blindPut says whether p is written without reading its row first: a
+// Deferred IfNotExists put, whose condition may be checked as late as
+// the commit, and there is checked by the conditional write that
+// prepares the row (or commits it, in one phase) on condition that it is
+// absent, as the transaction takes it to be. A row found present there is
+// read: if it exists, the put's condition fails; if not (it was being
+// written by a transaction that did not commit), it is written again.
+// (An unconditional put that sets every column could be written blind
+// too, but an update of a row that exists would then cost a conditional
+// write more than the read it saves.)
+func blindPut(p *storage.Put) bool {
+	return p.Deferred && p.Condition != nil && p.Condition.Kind == storage.CondIfNotExists
 }
 
 func (t *txn) Get(ctx context.Context, g *storage.Get) (storage.Row, bool, error) {
@@ -334,6 +415,19 @@ func (t *txn) Put(ctx context.Context, p *storage.Put) error {
 	if err := ti.user.CheckPut(p, t.db.lim); err != nil {
 		return err
 	}
+	key := rowKey(ti, p.Partition, p.Clustering)
+	if t.writes[key] == nil && t.reads[key] == nil && blindPut(p) {
+		vals := storage.Values{}
+		for _, c := range ti.user.Columns {
+			vals[c.Name] = storage.Null()
+		}
+		for k, v := range p.Values {
+			vals[k] = v
+		}
+		t.reads[key] = &readRec{ti: ti, part: cloneValues(p.Partition), clust: cloneValues(p.Clustering), blind: true}
+		t.writes[key] = &writeRec{key: key, values: vals, ifAbsent: true}
+		return nil
+	}
 	cur, key, err := t.view(ctx, ti, p.Partition, p.Clustering)
 	if err != nil {
 		return t.fail(err)
@@ -358,7 +452,11 @@ func (t *txn) Put(ctx context.Context, p *storage.Put) error {
 		vals[k] = v
 	}
 	// (view read the row first: its read record holds the key for commit)
-	t.writes[key] = &writeRec{key: key, values: vals}
+	w := &writeRec{key: key, values: vals}
+	if old := t.writes[key]; old != nil && !old.del {
+		w.ifAbsent = old.ifAbsent // a blind put's condition still stands
+	}
+	t.writes[key] = w
 	return nil
 }
 
@@ -372,6 +470,19 @@ func (t *txn) Delete(ctx context.Context, d *storage.Delete) error {
 	}
 	if err := ti.user.CheckDelete(d, t.db.lim); err != nil {
 		return err
+	}
+	key := rowKey(ti, d.Partition, d.Clustering)
+	if r := t.reads[key]; r != nil && r.blind {
+		// Deleting needs the row's image: read it now.
+		w := t.writes[key]
+		r, err := t.read(ctx, ti, key, d.Partition, d.Clustering)
+		if err != nil {
+			return t.fail(err)
+		}
+		if w.ifAbsent && r.present {
+			t.done = true // the Deferred put's condition fails
+			return notMet("put", ti)
+		}
 	}
 	cur, key, err := t.view(ctx, ti, d.Partition, d.Clustering)
 	if err != nil {
@@ -413,7 +524,9 @@ func (t *txn) Expect(ctx context.Context, e *storage.Expect) error {
 // ---- scans -----------------------------------------------------------------
 
 // scanRaw scans a partition in the store, resolving other transactions'
-// prepared rows, and returns the committed rows in the table's order.
+// prepared rows, and returns the committed images (see resolve) in the
+// table's order. The rows are all read before any is resolved: the scan
+// reads one state of the partition.
 func (t *txn) scanRaw(ctx context.Context, ti *tableInfo, s *storage.Scan) ([]storage.Row, error) {
 	for range 8 {
 		rows, err := t.db.s.Scan(ctx, &storage.Scan{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: s.Partition,
@@ -422,25 +535,32 @@ func (t *txn) scanRaw(ctx context.Context, ti *tableInfo, s *storage.Scan) ([]st
 			return nil, err
 		}
 		var out []storage.Row
-		var pending storage.Row
 		for rows.Next() {
-			r := rows.Row()
-			if r[colState].AsBigInt() != stateCommitted {
-				pending = cloneRow(r)
-				break
-			}
-			out = append(out, cloneRow(r))
+			out = append(out, cloneRow(rows.Row()))
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
 			return nil, err
 		}
-		if pending == nil {
-			return out, nil
+		again := false
+		for _, r := range out {
+			committed, stale, err := t.db.resolve(ctx, ti, r)
+			if err != nil {
+				return nil, err
+			}
+			if !committed {
+				again = true // the row was rolled forward or back: scan again
+				break
+			}
+			if stale {
+				// As tidy does for a row read: a scan's rows are more
+				// often read again than written.
+				_ = t.db.rollForward(ctx, ti, r, r[colTx].AsText())
+			}
 		}
-		if err := t.db.resolve(ctx, ti, pending); err != nil {
-			return nil, err
+		if !again {
+			return out, nil
 		}
 	}
 	return nil, conflict("scan", "rows kept being prepared by other transactions")
@@ -484,12 +604,12 @@ func (t *txn) Scan(ctx context.Context, s *storage.Scan) (storage.Rows, error) {
 		return nil, t.fail(err)
 	}
 	rec := &scanRec{ti: ti, scan: storage.Scan{Partition: cloneValues(s.Partition), Start: cloneBound(s.Start), End: cloneBound(s.End)},
-		found: map[string]int64{}}
+		found: map[string]identity{}}
 	byKey := map[string]storage.Row{}
 	for _, r := range raw {
 		part, clust := keyOf(ti, r)
 		k := rowKey(ti, part, clust)
-		rec.found[k] = r[colVersion].AsBigInt()
+		rec.found[k] = identityOf(r)
 		byKey[k] = userRow(ti, r, nil)
 	}
 	t.scans = append(t.scans, rec)
@@ -597,19 +717,28 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	t.done = true
 	db := t.db
+	t.tidy(ctx)
 	keys := make([]string, 0, len(t.writes))
 	for k := range t.writes {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if len(keys) == 1 && len(t.scans) == 0 && len(t.reads) == 1 {
-		return t.commitOne(ctx, keys[0])
+	if len(keys) == 0 && len(t.reads)+len(t.scans) <= 1 {
+		return nil // one read is atomic on its own: nothing to check
+	}
+	if len(keys) > 0 && t.onePartition() {
+		return t.commitPartition(ctx, keys)
 	}
 	now := db.cfg.Now().UnixMicro()
 	var prepared []string
 	abort := func(cause error) error {
 		cause = undecided(cause)
 		if len(prepared) > 0 {
+			// Even when the caller's context has ended (the likeliest
+			// cause), for as long as readers would otherwise leave the
+			// rows locked: they need not wait for the expiry then.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), db.cfg.Expiry)
+			defer cancel()
 			if d, err := db.decide(ctx, t.id, decAborted); err != nil || d != decAborted {
 				// Undecidable here; readers will abort it once it expires.
 				return cause
@@ -622,39 +751,13 @@ func (t *txn) Commit(ctx context.Context) error {
 	}
 	// 1. Prepare.
 	for _, k := range keys {
-		w, r := t.writes[k], t.reads[k]
-		ti := r.ti
-		vals := storage.Values{colTx: storage.Text(t.id), colState: storage.BigInt(statePrepared), colVersion: storage.BigInt(r.version + 1),
-			colPrepared: storage.BigInt(now), colBefPresent: storage.Bool(r.present), colBefVersion: storage.BigInt(r.version)}
-		if w.del {
-			vals[colState] = storage.BigInt(statePreparedDel)
-		}
-		for _, c := range ti.user.Columns {
-			old := storage.Null()
-			if r.present {
-				old = valueOr(r.row, c.Name)
-			}
-			vals[befPrefix+c.Name] = old
-			if w.del {
-				vals[c.Name] = old
-			} else {
-				vals[c.Name] = w.values[c.Name]
-			}
-		}
-		cond := storage.IfNotExists()
-		if r.present {
-			cond = storage.If(storage.Eq(colVersion, storage.BigInt(r.version)), storage.Eq(colState, storage.BigInt(stateCommitted)))
-		}
-		err := db.s.Put(ctx, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
-			Values: vals, Condition: cond})
-		if errors.Is(err, storage.ErrConditionNotMet) {
-			return abort(conflict("commit", "a row written changed since the transaction read it"))
+		written, err := t.prepare(ctx, k, now)
+		if written {
+			prepared = append(prepared, k) // it may have been written
 		}
 		if err != nil {
-			prepared = append(prepared, k) // it may have been written
 			return abort(err)
 		}
-		prepared = append(prepared, k)
 	}
 	// 2. Validate what was only read.
 	if err := t.validate(ctx); err != nil {
@@ -673,13 +776,15 @@ func (t *txn) Commit(ctx context.Context) error {
 			return conflict("commit", "a reader aborted the transaction while it committed")
 		}
 	}
-	// 4. Commit the rows; readers finish what is left.
+	// 4. Delete the rows it deletes; readers finish what is left. The rows
+	// it puts stay as prepared: with the decision recorded, their images
+	// are the committed ones.
 	for _, k := range keys {
-		r := t.reads[k]
-		row := storage.Row{colTx: storage.Text(t.id), colState: storage.BigInt(statePrepared)}
-		if t.writes[k].del {
-			row[colState] = storage.BigInt(statePreparedDel)
+		if !t.writes[k].del {
+			continue
 		}
+		r := t.reads[k]
+		row := storage.Row{colTx: storage.Text(t.id), colState: storage.BigInt(statePreparedDel)}
 		for kk, v := range r.part {
 			row[kk] = v
 		}
@@ -704,46 +809,169 @@ func undecided(err error) error {
 	return &storage.Error{Kind: storage.ErrUnavailable, Op: "commit", Detail: "a write before the decision failed, and the transaction did not commit: " + err.Error()}
 }
 
-// commitOne commits a transaction that read and wrote one row only, in
-// one phase: a single conditional write puts the row in its committed
-// state if it is still the version read (or still absent). That write is
-// the commit point: no other row needs to agree, so no decision row is
-// needed, and no reader ever meets the row prepared. A write whose reply
-// is lost leaves the outcome unknown.
-func (t *txn) commitOne(ctx context.Context, k string) error {
-	w, r := t.writes[k], t.reads[k]
-	ti := r.ti
-	cond := storage.IfNotExists()
-	if r.present {
-		cond = storage.If(storage.Eq(colVersion, storage.BigInt(r.version)), storage.Eq(colState, storage.BigInt(stateCommitted)))
+// readCond is the condition that a row is still what the transaction
+// read: the same committed image (its identity: the row may be committed,
+// or still prepared by the transaction that wrote that image and
+// committed), or still absent (a blind record included).
+func readCond(r *readRec) *storage.Condition {
+	if !r.present {
+		return storage.IfNotExists()
 	}
-	var err error
-	if w.del {
-		if !r.present {
-			return nil // nothing was there
+	tx := storage.IsNull(colTx)
+	if !r.id.tx.IsNull() {
+		tx = storage.Eq(colTx, r.id.tx)
+	}
+	return storage.If(storage.Eq(colVersion, storage.BigInt(r.id.version)), tx)
+}
+
+// prepare puts row k in the prepared state, on condition that it is
+// still what the transaction read. A blind row found present is read and
+// prepared again: the write does not depend on what the row held, unless
+// it is a Deferred IfNotExists put, whose condition then fails. written
+// says whether the row may have been written.
+func (t *txn) prepare(ctx context.Context, k string, now int64) (written bool, _ error) {
+	w := t.writes[k]
+	for {
+		r := t.reads[k]
+		ti := r.ti
+		vals := storage.Values{colTx: storage.Text(t.id), colState: storage.BigInt(statePrepared), colVersion: storage.BigInt(r.id.version + 1),
+			colPrepared: storage.BigInt(now), colBefPresent: storage.Bool(r.present), colBefVersion: storage.BigInt(r.id.version)}
+		if w.del {
+			vals[colState] = storage.BigInt(statePreparedDel)
 		}
-		err = t.db.s.Delete(ctx, &storage.Delete{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
-			Condition: cond})
-	} else {
-		vals := storage.Values{colTx: storage.Text(t.id), colState: storage.BigInt(stateCommitted), colVersion: storage.BigInt(r.version + 1),
-			colPrepared: storage.Null(), colBefPresent: storage.Null(), colBefVersion: storage.Null()}
 		for _, c := range ti.user.Columns {
-			vals[c.Name] = w.values[c.Name]
-			vals[befPrefix+c.Name] = storage.Null()
+			old := storage.Null()
+			if r.present {
+				old = valueOr(r.row, c.Name)
+			}
+			vals[befPrefix+c.Name] = old
+			if w.del {
+				vals[c.Name] = old
+			} else {
+				vals[c.Name] = w.values[c.Name]
+			}
 		}
-		err = t.db.s.Put(ctx, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
-			Values: vals, Condition: cond})
+		err := t.db.s.Put(ctx, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
+			Values: vals, Condition: readCond(r)})
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, storage.ErrConditionNotMet):
+			return true, err
+		case !r.blind:
+			return false, conflict("commit", "a row written changed since the transaction read it")
+		}
+		if err := t.readBlind(ctx, k); err != nil {
+			return false, err
+		}
 	}
-	var se *storage.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, storage.ErrConditionNotMet):
-		return conflict("commit", "the row written changed since the transaction read it")
-	case errors.As(err, &se):
-		return err // the store says what became of the write
+}
+
+// readBlind reads the row of blind record k, which its conditional write
+// found present; a Deferred IfNotExists put's condition then fails.
+func (t *txn) readBlind(ctx context.Context, k string) error {
+	r := t.reads[k]
+	r, err := t.read(ctx, r.ti, k, r.part, r.clust)
+	if err != nil {
+		return err
 	}
-	return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: err.Error(), Cause: err}
+	if t.writes[k].ifAbsent && r.present {
+		return notMet("put", r.ti)
+	}
+	return nil
+}
+
+// onePartition says whether the transaction can commit in one phase: it
+// made no scan, wrote every row it read, and wrote rows of one partition
+// of one table only.
+func (t *txn) onePartition() bool {
+	if len(t.scans) > 0 {
+		return false
+	}
+	var first *readRec
+	for k, r := range t.reads {
+		if t.writes[k] == nil {
+			return false
+		}
+		if first == nil {
+			first = r
+			continue
+		}
+		if r.ti != first.ti || !samePartition(r.part, first.part) {
+			return false
+		}
+	}
+	return true
+}
+
+// commitPartition commits, in one phase, a transaction that read and
+// wrote rows of one partition only (onePartition): one conditional Mutate
+// puts every row in its committed state if each is still the version read
+// (or still absent). That Mutate is the commit point: it is atomic, no
+// other partition needs to agree, so no decision row is needed, and no
+// reader ever meets the rows prepared. A blind row found present is read
+// and the Mutate sent again. A Mutate whose reply is lost leaves the
+// outcome unknown.
+func (t *txn) commitPartition(ctx context.Context, keys []string) error {
+	for attempt := 0; ; attempt++ {
+		ms := make([]storage.Mutation, 0, len(keys))
+		blind := false
+		for _, k := range keys {
+			w, r := t.writes[k], t.reads[k]
+			ti := r.ti
+			blind = blind || r.blind
+			if w.del {
+				if !r.present {
+					continue // nothing was there
+				}
+				ms = append(ms, &storage.Delete{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
+					Condition: readCond(r)})
+				continue
+			}
+			vals := storage.Values{colTx: storage.Text(t.id), colState: storage.BigInt(stateCommitted), colVersion: storage.BigInt(r.id.version + 1),
+				colPrepared: storage.Null(), colBefPresent: storage.Null(), colBefVersion: storage.Null()}
+			for _, c := range ti.user.Columns {
+				vals[c.Name] = w.values[c.Name]
+				vals[befPrefix+c.Name] = storage.Null()
+			}
+			ms = append(ms, &storage.Put{Namespace: ti.inner.Namespace, Table: ti.inner.Name, Partition: r.part, Clustering: r.clust,
+				Values: vals, Condition: readCond(r)})
+		}
+		var err error
+		switch len(ms) {
+		case 0:
+			return nil
+		case 1:
+			switch m := ms[0].(type) {
+			case *storage.Put:
+				err = t.db.s.Put(ctx, m)
+			case *storage.Delete:
+				err = t.db.s.Delete(ctx, m)
+			}
+		default:
+			err = t.db.s.Mutate(ctx, ms)
+		}
+		var se *storage.Error
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, storage.ErrConditionNotMet) && blind && attempt == 0:
+			// Read the blind rows and try again.
+			for _, k := range keys {
+				if t.reads[k].blind {
+					if err := t.readBlind(ctx, k); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		case errors.Is(err, storage.ErrConditionNotMet):
+			return conflict("commit", "a row written changed since the transaction read it")
+		case errors.As(err, &se):
+			return err // the store says what became of the write
+		}
+		return &storage.Error{Kind: storage.ErrCommitUnknown, Op: "commit", Detail: err.Error(), Cause: err}
+	}
 }
 
 // undo rolls back the row k this transaction prepared.
@@ -757,7 +985,9 @@ func (t *txn) undo(ctx context.Context, k string) {
 }
 
 // validate checks that what the transaction read and did not write is
-// unchanged.
+// unchanged: each row is still the image read (its identity, whether the
+// row is committed or still prepared by the transaction that wrote that
+// image), or still absent.
 func (t *txn) validate(ctx context.Context) error {
 	for k, r := range t.reads {
 		if t.writes[k] != nil {
@@ -767,7 +997,7 @@ func (t *txn) validate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if ok != r.present || ok && (row[colState].AsBigInt() != stateCommitted || row[colVersion].AsBigInt() != r.version) {
+		if ok != r.present || ok && !identityOf(row).equal(r.id) {
 			return conflict("commit", "a row read changed before the transaction committed")
 		}
 	}
@@ -777,22 +1007,22 @@ func (t *txn) validate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		now := map[string]int64{}
+		now := map[string]identity{}
 		for rows.Next() {
 			r := rows.Row()
 			part, clust := keyOf(s.ti, r)
 			k := rowKey(s.ti, part, clust)
-			switch {
-			case r[colState].AsBigInt() == stateCommitted:
-				now[k] = r[colVersion].AsBigInt()
-			case r[colTx].AsText() == t.id:
-				if r[colBefPresent].AsBool() {
-					now[k] = r[colBefVersion].AsBigInt()
+			if r[colState].AsBigInt() != stateCommitted && r[colTx].AsText() == t.id {
+				// Prepared by this transaction, on condition that it was
+				// still the image the transaction read, or absent.
+				if rr := t.reads[k]; rr != nil && rr.present {
+					now[k] = rr.id
 				}
-			default:
-				rows.Close()
-				return conflict("commit", "a row in a range read is being written by another transaction")
+				continue
 			}
+			// Anything else is the image found only if its identity is: a
+			// row prepared by another transaction since has another.
+			now[k] = identityOf(r)
 		}
 		err = rows.Err()
 		rows.Close()
@@ -803,7 +1033,7 @@ func (t *txn) validate(ctx context.Context) error {
 			return conflict("commit", "a range read changed before the transaction committed")
 		}
 		for k, v := range s.found {
-			if w, ok := now[k]; !ok || w != v {
+			if w, ok := now[k]; !ok || !w.equal(v) {
 				return conflict("commit", "a range read changed before the transaction committed")
 			}
 		}
