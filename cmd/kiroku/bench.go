@@ -38,6 +38,7 @@ func benchStorageCmd() *cobra.Command {
 		asJSON   bool
 		contacts string
 		keyspace string
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "storage",
@@ -143,6 +144,13 @@ Each figure is reported per run and as the median over --runs runs.`,
 					backend, cfg.Ops, cfg.ValueSize, cfg.Workers, cfg.Accounts, cfg.Duration, cfg.Runs, runtime.NumCPU(),
 					time.Now().UTC().Format(time.RFC3339))
 			}
+			if profile != "" {
+				stop, err := startCPUProfile(profile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			runs, err := bench.RunStorage(ctx, cfg, targets, func(r bench.TargetResult) {
 				if !asJSON {
 					fmt.Fprintf(cmd.ErrOrStderr(), "  measured %s\n", r.Target)
@@ -181,6 +189,7 @@ Each figure is reported per run and as the median over --runs runs.`,
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "length of each bank run")
 	f.IntVar(&cfg.Runs, "runs", 3, "repetitions (medians are reported)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the runs (setup included) to this file")
 	return cmd
 }
 
