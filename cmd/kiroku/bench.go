@@ -24,7 +24,8 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that print their figures next to a baseline measured in the same run",
 	}
-	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd(), benchValidateCmd(), benchRaftCmd())
+	cmd.AddCommand(benchStorageCmd(), benchWALCmd(), benchEngineCmd(), benchLedgerCmd(), benchValidateCmd(), benchRaftCmd(),
+		benchCassandraCommitLogCmd())
 	return cmd
 }
 
