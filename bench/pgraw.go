@@ -55,12 +55,23 @@ func (p *PGRaw) Put(ctx context.Context, key int64, value []byte) error {
 	return err
 }
 
+// CondPut retries serialization failures (SERIALIZABLE, with other
+// workers' puts beside it) with the same policy as Transfer.
 func (p *PGRaw) CondPut(ctx context.Context, key int64, old, value []byte) error {
-	tag, err := p.pool.Exec(ctx, "UPDATE "+p.schema+".kv SET v = $1 WHERE k = $2 AND v = $3", value, key, old)
-	if err == nil && tag.RowsAffected() != 1 {
-		err = fmt.Errorf("key %d: the condition did not hold", key)
+	for retries := 0; ; retries++ {
+		tag, err := p.pool.Exec(ctx, "UPDATE "+p.schema+".kv SET v = $1 WHERE k = $2 AND v = $3", value, key, old)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") && retries+1 < transferPolicy.MaxAttempts {
+			if err := transferPolicy.Sleep(ctx, retries); err != nil {
+				return err
+			}
+			continue
+		}
+		if err == nil && tag.RowsAffected() != 1 {
+			err = fmt.Errorf("key %d: the condition did not hold", key)
+		}
+		return err
 	}
-	return err
 }
 
 func (p *PGRaw) Get(ctx context.Context, key int64) error {
