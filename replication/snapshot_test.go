@@ -34,7 +34,10 @@ import (
 func TestSiloSnapshot(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	c, err := StartLocalSilos(3, dir, Config{TickInterval: 10 * time.Millisecond, PreVote: true, CheckQuorum: true, SegmentSize: 8 << 20},
+	// A 50 ms tick (elections after 0.5 s of silence): the test needs one
+	// leader throughout, and a busy machine stalls a process for longer than
+	// a 10 ms tick's election timeout.
+	c, err := StartLocalSilos(3, dir, Config{TickInterval: 50 * time.Millisecond, PreVote: true, CheckQuorum: true, SegmentSize: 8 << 20},
 		engine.Config{EpochInterval: 2 * time.Millisecond, CheckpointInterval: -1})
 	if err != nil {
 		t.Fatal(err)
