@@ -137,6 +137,25 @@ func (c *cassCluster) stop(progress io.Writer) {
 	}
 }
 
+// diagnose says which nodes are no longer running, with the end of their
+// logs, before stop deletes them.
+func (c *cassCluster) diagnose() string {
+	var b strings.Builder
+	for i, pid := range c.pids {
+		if syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		nd := filepath.Join(c.dir, fmt.Sprintf("node%d", i+1))
+		fmt.Fprintf(&b, "\nCassandra node %d (pid %d) is no longer running; the end of its logs:", i+1, pid)
+		for _, f := range []string{"logs/system.log", "logs/stdout.log"} {
+			if out, err := os.ReadFile(filepath.Join(nd, f)); err == nil {
+				fmt.Fprintf(&b, "\n%s:\n%s", f, tail(string(out), 1500))
+			}
+		}
+	}
+	return b.String()
+}
+
 func tail(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
@@ -545,6 +564,12 @@ func RunCommitLog(ctx context.Context, cfg CommitLogConfig, progress io.Writer) 
 func runMode(ctx context.Context, cfg *CommitLogConfig, m string, round int, progress io.Writer) ([]CommitLogPoint, error) {
 	mode, _ := ParseCommitLogMode(m)
 	cl, err := startCassandra(ctx, cfg, mode.Flag(), progress)
+	if err != nil && ctx.Err() == nil {
+		// On a shared machine a node can lose a race for its ports with
+		// another cluster starting at the same moment; one more try.
+		fmt.Fprintf(progress, "bench: %v\nbench: trying once more\n", err)
+		cl, err = startCassandra(ctx, cfg, mode.Flag(), progress)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -566,7 +591,7 @@ func runMode(ctx context.Context, cfg *CommitLogConfig, m string, round int, pro
 		pr := pointRun{session: s, cluster: cl, cfg: cfg, rate: rate, base: int64(i+1) << 40, warmup: cfg.Warmup, duration: cfg.Duration}
 		p, err := pr.run(ctx)
 		if err != nil {
-			return points, fmt.Errorf("bench: %s at %.0f/s: %w", m, rate, err)
+			return points, fmt.Errorf("bench: %s at %.0f/s: %w%s", m, rate, err, cl.diagnose())
 		}
 		p.Mode, p.Round = m, round
 		points = append(points, p)

@@ -324,11 +324,15 @@ type CommitLogPoint struct {
 	// ServerCPUs and MachineCPUs are how many CPUs the Cassandra processes
 	// and the whole machine kept busy; Load1 is the 1-minute load average
 	// at the end of the window.
-	ServerCPUs  float64 `json:"server_cpus"`
-	MachineCPUs float64 `json:"machine_cpus"`
-	Load1       float64 `json:"load1"`
-	Counter     string  `json:"sync_counter"`
-	SyncDelayMs float64 `json:"sync_delay_ms"`
+	ServerCPUs float64 `json:"server_cpus"`
+	// ServerCPUPerWrite is the Cassandra processes' CPU time per write
+	// that ended, µs: the figure that moves least when other work takes
+	// the machine's cores.
+	ServerCPUPerWrite float64 `json:"server_cpu_us_per_write"`
+	MachineCPUs       float64 `json:"machine_cpus"`
+	Load1             float64 `json:"load1"`
+	Counter           string  `json:"sync_counter"`
+	SyncDelayMs       float64 `json:"sync_delay_ms"`
 }
 
 // Saturated says the point did not keep up with its offered load: under
@@ -365,6 +369,9 @@ func (p *pointStats) figures(in pointInputs) CommitLogPoint {
 	}
 	if in.cpuWindow > 0 {
 		r.ServerCPUs, r.MachineCPUs = in.serverCPU.Seconds()/in.cpuWindow, in.machineCPU.Seconds()/in.cpuWindow
+		if r.Achieved > 0 {
+			r.ServerCPUPerWrite = r.ServerCPUs / r.Achieved * 1e6
+		}
 	}
 	all := in.entries.All
 	if in.entriesWindow > 0 {
@@ -428,6 +435,7 @@ func medianPoints(ps []CommitLogPoint) CommitLogPoint {
 	m.EntriesPerSync = med(func(p CommitLogPoint) float64 { return p.EntriesPerSync })
 	m.EntriesPerLWT = med(func(p CommitLogPoint) float64 { return p.EntriesPerLWT })
 	m.ServerCPUs = med(func(p CommitLogPoint) float64 { return p.ServerCPUs })
+	m.ServerCPUPerWrite = med(func(p CommitLogPoint) float64 { return p.ServerCPUPerWrite })
 	m.MachineCPUs = med(func(p CommitLogPoint) float64 { return p.MachineCPUs })
 	m.Load1 = med(func(p CommitLogPoint) float64 { return p.Load1 })
 	return m

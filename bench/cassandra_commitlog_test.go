@@ -131,6 +131,7 @@ func TestFigures(t *testing.T) {
 		{"entries/LWT", f.EntriesPerLWT, 4},
 		{"paxos share", f.PaxosShare, 0.75},
 		{"server CPUs", f.ServerCPUs, 0.5},
+		{"server CPU µs per write", f.ServerCPUPerWrite, 5000},
 		{"machine CPUs", f.MachineCPUs, 1.5},
 	} {
 		if math.Abs(c.got-c.want) > 1e-9 {

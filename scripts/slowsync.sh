@@ -14,10 +14,10 @@
 # until they end.
 #
 # Why msync: Cassandra's commit log (memory-mapped segments, commitlog_disk_access_mode legacy or
-# mmap, 5.0's default) makes a write durable with MappedByteBuffer.force, which is msync, and
-# nothing else in Cassandra calls msync (kiroku bench cassandra-commitlog counts msync and fsync
-# apart; fsync and fdatasync, of SSTables and directories, are left alone). So only the commit log's
-# device is slowed, as with a commit log on a volume of its own. This kernel has no device-mapper
+# mmap, 5.0's default) makes a write durable with MappedByteBuffer.force, which is msync; fsync
+# and fdatasync (SSTables, directories) are left alone. In kiroku bench cassandra-commitlog's counts
+# the commit log's entries and Cassandra's msyncs matched one for one when each entry had a sync of
+# its own, so only the commit log's device is slowed, as with a commit log on a volume of its own. This kernel has no device-mapper
 # (no dm-delay), no NBD and no null_blk, which would slow a block device instead; a block-level
 # delay would also slow the page writes before the flush, which this does not.
 set -euo pipefail

@@ -123,7 +123,7 @@ func parsePositiveRates(s string) ([]float64, error) {
 func printCommitLog(w io.Writer, cells []bench.CommitLogCell) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\toffered/s\tachieved/s\tmean ms\tp50 ms\tp99 ms\tsyncs/s\tentries/s\tentries/sync\tentries/LWT\tpaxos\t"+
-		"×batch entries/sync\t×batch mean\tnot applied\terrors\tcassandra CPUs\tmachine CPUs\tload\t")
+		"×batch entries/sync\t×batch mean\tnot applied\terrors\tcassandra CPUs\tCPU µs/write\tmachine CPUs\tload\t")
 	hasBatch := false
 	for _, c := range cells {
 		vsE, vsM := "baseline", "baseline"
@@ -135,9 +135,9 @@ func printCommitLog(w io.Writer, cells []bench.CommitLogCell) {
 		if c.VsBatch != nil {
 			vsE, vsM = fmt.Sprintf("%.2f", c.VsBatch.EntriesPerSync), fmt.Sprintf("%.2f", c.VsBatch.Mean)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f%%\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%.0f\t%.2f\t%.2f\t%.0f%%\t%s\t%s\t%d\t%d\t%.2f\t%.0f\t%.2f\t%.1f\t\n",
 			c.Mode, c.Offered, c.Achieved, c.MeanMs, c.P50Ms, c.P99Ms, c.SyncsPerSec, c.EntriesPerSec, c.EntriesPerSync,
-			c.EntriesPerLWT, 100*c.PaxosShare, vsE, vsM, c.NotApplied, c.Errors+c.Unfinished, c.ServerCPUs, c.MachineCPUs, c.Load1)
+			c.EntriesPerLWT, 100*c.PaxosShare, vsE, vsM, c.NotApplied, c.Errors+c.Unfinished, c.ServerCPUs, c.ServerCPUPerWrite, c.MachineCPUs, c.Load1)
 	}
 	tw.Flush()
 	if hasBatch {
